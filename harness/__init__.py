@@ -1,0 +1,31 @@
+"""wrapq validation harness: generic checks for TICO PTQ wrappers against Hugging Face modules."""
+
+from harness.case import (
+    Built,
+    Case,
+    CaseDefinitionError,
+    CaseInputs,
+    ExportCapability,
+    MaskCapability,
+    MaskProbe,
+    RotaryCapability,
+    RotaryTables,
+    Sample,
+    Thresholds,
+    first_tensor,
+)
+
+__all__ = [
+    "Built",
+    "Case",
+    "CaseDefinitionError",
+    "CaseInputs",
+    "ExportCapability",
+    "MaskCapability",
+    "MaskProbe",
+    "RotaryCapability",
+    "RotaryTables",
+    "Sample",
+    "Thresholds",
+    "first_tensor",
+]

@@ -1,0 +1,249 @@
+"""Declarative case model: one Case pairs a seeded Hugging Face reference with its TICO wrapper.
+
+A case says *what* to build and feed; the pipeline decides *when* to run it and the checks
+decide *what to compare*. Optional capabilities (export adapter, rotary tables, attention
+mask) switch on the checks that need them; a check whose capability is missing is reported
+as not applicable, never silently passed.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping
+
+import torch
+from packaging.version import InvalidVersion, Version
+
+
+class CaseDefinitionError(ValueError):
+    """A case definition is malformed; the message names the case and the field."""
+
+    def __init__(self, case_name: str, field_name: str, problem: str):
+        self.case_name = case_name
+        self.field_name = field_name
+        super().__init__(f"case {case_name!r}: field {field_name!r}: {problem}")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One forward call of the module under test.
+
+    ``valid_tokens`` marks which output positions carry meaning (False on padding), shaped
+    like the output's leading (batch, sequence) dims. Comparisons are restricted to it.
+    """
+
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    valid_tokens: torch.Tensor | None = None
+
+    def call(self, module: torch.nn.Module) -> Any:
+        return module(*self.args, **dict(self.kwargs))
+
+
+@dataclass(frozen=True)
+class CaseInputs:
+    """Calibration samples and named evaluation samples ("default" is required)."""
+
+    calibration: tuple[Sample, ...]
+    evaluation: Mapping[str, Sample]
+
+    def __post_init__(self) -> None:
+        if "default" not in self.evaluation:
+            raise ValueError("evaluation inputs must include a 'default' sample")
+        if not self.calibration:
+            raise ValueError("at least one calibration sample is required")
+
+
+@dataclass
+class Built:
+    """What a case builder returns: the seeded reference module, its inputs, and free-form
+    facts the case's capabilities need later (configs, grids, position ids)."""
+
+    module: torch.nn.Module
+    inputs: CaseInputs
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Per-case acceptance limits. ``None`` means "not gated" and is reported as such."""
+
+    max_mean_abs_diff: float | None = None
+    max_abs_diff: float | None = None
+    max_peir: float | None = None
+    min_sqnr_db: float | None = None
+    # NO_QUANT wrapper vs Hugging Face reference (float parity).
+    noquant_atol: float = 1e-5
+    noquant_rtol: float = 1e-5
+    # Dynamic forward vs static export adapter, same mode.
+    export_atol: float = 1e-5
+    export_rtol: float = 0.0
+    # Wrapper cos/sin tables vs Hugging Face rotary module.
+    rotary_atol: float = 1e-6
+
+
+@dataclass(frozen=True)
+class ExportCapability:
+    """How to obtain the static export adapter for one evaluation sample.
+
+    ``adapter(root, sample, built)`` receives a private copy of the wrapped model (the
+    pipeline copies it, since adapters may register buffers on the wrapper) and returns the
+    module that ``torch.export`` would trace; ``args(sample)`` gives its positional inputs.
+    """
+
+    adapter: Callable[[torch.nn.Module, Sample, Built], torch.nn.Module]
+    args: Callable[[Sample], tuple]
+    samples: tuple[str, ...] = ("default",)
+
+
+@dataclass(frozen=True)
+class RotaryTables:
+    """A wrapper's cos/sin next to Hugging Face's for the same positions."""
+
+    label: str
+    wrapper: tuple[torch.Tensor, torch.Tensor]
+    reference: tuple[torch.Tensor, torch.Tensor]
+    valid_tokens: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class RotaryCapability:
+    """``tables(wrapped_noquant, reference_module, built)`` -> list of RotaryTables."""
+
+    tables: Callable[[torch.nn.Module, torch.nn.Module, Built], list[RotaryTables]]
+
+
+@dataclass(frozen=True)
+class MaskProbe:
+    """An additive attention mask the wrapper produced, with the truth to judge it by."""
+
+    label: str
+    mask: torch.Tensor
+    valid_tokens: torch.Tensor
+    fill_value: float
+
+
+@dataclass(frozen=True)
+class MaskCapability:
+    """``probes(wrapped_noquant, built)`` -> list of MaskProbe."""
+
+    probes: Callable[[torch.nn.Module, Built], list[MaskProbe]]
+
+
+def default_ptq_config(profile: str) -> Any:
+    """TICO's default PTQConfig; imported lazily so collection never needs tico."""
+    from tico.quantization.config.ptq import PTQConfig
+
+    return PTQConfig()
+
+
+def first_tensor(output: Any) -> torch.Tensor:
+    """Pick the tensor that represents a module's output (HF output objects included)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    for attr in ("last_hidden_state", "logits", "pooler_output"):
+        value = getattr(output, attr, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    if isinstance(output, Mapping):
+        output = list(output.values())
+    if isinstance(output, (tuple, list)):
+        for item in output:
+            try:
+                return first_tensor(item)
+            except TypeError:
+                continue
+    raise TypeError(f"no tensor found in output of type {type(output).__name__}")
+
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_REQUIREMENT_RE = re.compile(r"^([A-Za-z0-9_.\-]+)\s*>=\s*([0-9][0-9A-Za-z.+\-]*)$")
+
+
+@dataclass(frozen=True)
+class Case:
+    """A wrapper under test. See the module docstring for the contract."""
+
+    name: str
+    family: str
+    build: Callable[[str], Built]
+    description: str = ""
+    profiles: tuple[str, ...] = ("tiny",)
+    seed: int = 0
+    thresholds: Thresholds = Thresholds()
+    ptq_config: Callable[[str], Any] = default_ptq_config
+    output: Callable[[Any], torch.Tensor] = first_tensor
+    requires: tuple[str, ...] = ()
+    min_versions: Mapping[str, str] = field(default_factory=dict)
+    export: ExportCapability | None = None
+    rotary: RotaryCapability | None = None
+    mask: MaskCapability | None = None
+    # check name -> why it cannot apply to this wrapper (shown as the skip reason).
+    not_applicable: Mapping[str, str] = field(default_factory=dict)
+    # evaluation sample -> why its quantized accuracy is measured but not gated.
+    ungated_samples: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        name = self.name if isinstance(self.name, str) else repr(self.name)
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise CaseDefinitionError(name, "name", "must match [a-z][a-z0-9_]*")
+        if not isinstance(self.family, str) or not self.family:
+            raise CaseDefinitionError(name, "family", "must be a non-empty string")
+        if not callable(self.build):
+            raise CaseDefinitionError(name, "build", f"must be callable, got {type(self.build).__name__}")
+        if (
+            not isinstance(self.profiles, tuple)
+            or not self.profiles
+            or not all(isinstance(p, str) and _NAME_RE.match(p) for p in self.profiles)
+        ):
+            raise CaseDefinitionError(name, "profiles", "must be a non-empty tuple of profile names")
+        if not isinstance(self.seed, int):
+            raise CaseDefinitionError(name, "seed", f"must be int, got {type(self.seed).__name__}")
+        if not isinstance(self.thresholds, Thresholds):
+            raise CaseDefinitionError(name, "thresholds", f"must be Thresholds, got {type(self.thresholds).__name__}")
+        for f in fields(Thresholds):
+            value = getattr(self.thresholds, f.name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise CaseDefinitionError(
+                    name, f"thresholds.{f.name}", f"must be a number or None, got {type(value).__name__} {value!r}"
+                )
+        for attr in ("ptq_config", "output"):
+            if not callable(getattr(self, attr)):
+                raise CaseDefinitionError(name, attr, "must be callable")
+        for attr, kind in (("export", ExportCapability), ("rotary", RotaryCapability), ("mask", MaskCapability)):
+            value = getattr(self, attr)
+            if value is not None and not isinstance(value, kind):
+                raise CaseDefinitionError(name, attr, f"must be {kind.__name__} or None, got {type(value).__name__}")
+        if not isinstance(self.not_applicable, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in self.not_applicable.items()
+        ):
+            raise CaseDefinitionError(name, "not_applicable", "must map check names to non-empty reasons")
+        if not isinstance(self.ungated_samples, Mapping) or "default" in self.ungated_samples:
+            raise CaseDefinitionError(name, "ungated_samples", "must be a mapping and cannot exempt the 'default' sample")
+        if self.export is not None and not self.export.samples:
+            raise CaseDefinitionError(name, "export.samples", "must name at least one evaluation sample")
+
+    def unavailable_reason(self) -> str | None:
+        """Why this case cannot run in this environment, or None when it can."""
+        for package, minimum in self.min_versions.items():
+            try:
+                installed = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                return f"requires {package}>={minimum}, which is not installed"
+            try:
+                too_old = Version(installed) < Version(minimum)
+            except InvalidVersion:
+                return f"cannot compare {package} version {installed!r} with {minimum!r}"
+            if too_old:
+                return f"requires {package}>={minimum}, found {installed}"
+        for module_path in self.requires:
+            try:
+                found = importlib.util.find_spec(module_path) is not None
+            except (ImportError, ValueError) as exc:
+                return f"requires module {module_path}: {type(exc).__name__}: {exc}"
+            if not found:
+                return f"requires module {module_path}, which is not importable"
+        return None

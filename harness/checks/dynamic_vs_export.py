@@ -1,0 +1,38 @@
+"""Dynamic forward vs the static export adapter, in NO_QUANT and QUANT mode.
+
+The adapter bakes position tables and masks into buffers; the dynamic path computes them per
+call. Any difference means the exported model is not the model that was calibrated and
+evaluated. Checked on every sample the case's export capability names (padded ones too)."""
+
+from harness.checks.base import Check, CheckResult, requires_capability
+from harness.compare import compare_close
+
+
+def run(pipeline) -> CheckResult:
+    result = CheckResult()
+    th = pipeline.case.thresholds
+    for name in pipeline.case.export.samples:
+        valid = pipeline.sample(name).valid_tokens
+        for mode in ("noquant", "quant"):
+            metrics, problem = compare_close(
+                f"{mode.upper()} dynamic forward vs export adapter [{name}]",
+                pipeline.output(mode, name),
+                pipeline.export_output(mode, name),
+                atol=th.export_atol,
+                rtol=th.export_rtol,
+                valid_tokens=valid,
+            )
+            result.evidence[f"{mode}[{name}]"] = metrics
+            if "max_abs_diff" in metrics:
+                result.metrics[f"max_abs_diff[{mode},{name}]"] = metrics["max_abs_diff"]
+            if problem:
+                result.fail(problem)
+    return result
+
+
+CHECK = Check(
+    name="dynamic_vs_export",
+    run=run,
+    applies=requires_capability("export"),
+    description=__doc__.splitlines()[0],
+)

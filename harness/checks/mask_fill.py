@@ -1,0 +1,64 @@
+"""The additive attention mask a wrapper builds: right shape, finite, 0 where both query and
+key are valid, exactly the configured fill value on every pair that touches padding."""
+
+import torch
+
+from harness.checks.base import Check, CheckResult, requires_capability
+from harness.metrics import nonfinite_summary
+
+
+def _judge(probe, result: CheckResult) -> None:
+    mask, valid = probe.mask.detach(), probe.valid_tokens.to(torch.bool)
+    label = f"mask [{probe.label}]"
+    batch, seq = valid.shape
+    if tuple(mask.shape) != (batch, 1, seq, seq):
+        result.fail(f"{label}: shape {tuple(mask.shape)} != expected {(batch, 1, seq, seq)}")
+        return
+    problem = nonfinite_summary(mask)
+    if problem:
+        result.fail(f"{label}: has {problem}; fill values must be finite")
+        return
+    pair_valid = (valid[:, :, None] & valid[:, None, :])[:, None]
+    expected = torch.where(pair_valid, torch.zeros((), dtype=mask.dtype), torch.tensor(probe.fill_value, dtype=mask.dtype))
+    wrong = mask != expected
+    wrong_valid = int((wrong & pair_valid).sum())
+    wrong_padded = int((wrong & ~pair_valid).sum())
+    result.evidence[probe.label] = {
+        "shape": list(mask.shape),
+        "fill_value": probe.fill_value,
+        "valid_pairs": int(pair_valid.sum()),
+        "padded_pairs": int((~pair_valid).sum()),
+        "wrong_valid_pairs": wrong_valid,
+        "wrong_padded_pairs": wrong_padded,
+        "observed_values": sorted({float(v) for v in mask.unique()[:8]}),
+    }
+    result.metrics[f"wrong_pairs[{probe.label}]"] = wrong_valid + wrong_padded
+    if wrong_valid:
+        b, _, q, k = (int(i) for i in (wrong & pair_valid).nonzero()[0])
+        result.fail(f"{label}: {wrong_valid} valid pairs are not 0, e.g. [{b},0,{q},{k}] = {float(mask[b, 0, q, k])}")
+    if wrong_padded:
+        b, _, q, k = (int(i) for i in (wrong & ~pair_valid).nonzero()[0])
+        result.fail(
+            f"{label}: {wrong_padded} pairs touching padding are not the fill value {probe.fill_value}, "
+            f"e.g. [{b},0,{q},{k}] = {float(mask[b, 0, q, k])}"
+        )
+
+
+def run(pipeline) -> CheckResult:
+    result = CheckResult()
+    probes = pipeline.case.mask.probes(pipeline.wrapped, pipeline.built)
+    if not probes:
+        result.fail("case mask capability returned no probes")
+    if not any(bool((~p.valid_tokens.to(torch.bool)).any()) for p in probes):
+        result.fail("no mask probe contains padding, so fill values cannot be verified")
+    for probe in probes:
+        _judge(probe, result)
+    return result
+
+
+CHECK = Check(
+    name="mask_fill",
+    run=run,
+    applies=requires_capability("mask"),
+    description=__doc__.splitlines()[0],
+)

@@ -1,0 +1,39 @@
+"""Quantized (QUANT mode) output vs the Hugging Face reference against per-case thresholds.
+
+Gates shape, finiteness, mean/max |diff|, PEIR and SQNR on the default evaluation sample;
+other samples (e.g. padded) are measured on valid positions and gated by the same limits,
+unless the case names them in ``ungated_samples`` with a reason (recorded as a note)."""
+
+from harness.checks.base import Check, CheckResult
+from harness.metrics import NonFiniteError, accuracy_metrics, select_valid
+
+
+def run(pipeline) -> CheckResult:
+    result = CheckResult()
+    th = pipeline.case.thresholds
+    for name, sample in pipeline.built.inputs.evaluation.items():
+        ref = pipeline.output("reference", name)
+        quant = pipeline.output("quant", name)
+        suffix = "" if name == "default" else f"[{name}]"
+        if tuple(ref.shape) != tuple(quant.shape):
+            result.fail(f"[{name}] quantized output shape {tuple(quant.shape)} != reference {tuple(ref.shape)}")
+            continue
+        try:
+            metrics = accuracy_metrics(select_valid(ref, sample.valid_tokens), select_valid(quant, sample.valid_tokens))
+        except NonFiniteError as exc:
+            result.fail(f"[{name}] {exc}")
+            continue
+        result.evidence[name] = metrics
+        for key, value in metrics.items():
+            result.metrics[key + suffix] = value
+        if name in pipeline.case.ungated_samples:
+            result.notes.append(f"[{name}] measured, not gated: {pipeline.case.ungated_samples[name]}")
+            continue
+        result.gate(f"[{name}] mean |diff|", metrics["mean_abs_diff"], th.max_mean_abs_diff)
+        result.gate(f"[{name}] max |diff|", metrics["max_abs_diff"], th.max_abs_diff)
+        result.gate(f"[{name}] PEIR", metrics["peir"], th.max_peir)
+        result.gate(f"[{name}] SQNR dB", metrics["sqnr_db"], th.min_sqnr_db, upper=False)
+    return result
+
+
+CHECK = Check(name="quant_accuracy", run=run, description=__doc__.splitlines()[0])

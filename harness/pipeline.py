@@ -1,0 +1,229 @@
+"""Lazily computed, memoised, timed stages for one (case, profile) in one worker process.
+
+reference -> wrapped (NO_QUANT) -> quantized (prepare, calibrate, convert) -> outputs -> export
+adapters. Each stage runs at most once per worker however many checks ask for it. A stage
+that raises is remembered as a StageError and re-raised to every check that needs it, so a
+crashing wrapper fails that case's items with the stage named, and nothing else.
+
+Stages hand out shared objects; checks must not mutate them. ``snapshot()`` records each
+shared tensor's in-place version counter, module modes and buffer names so the runner can
+prove a check left them as it found them.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+
+from harness.case import Built, Case, Sample
+
+
+class StageError(RuntimeError):
+    """A pipeline stage failed; carries the stage name and the original traceback text."""
+
+    def __init__(self, case: str, profile: str, stage: str, error: BaseException):
+        self.stage = stage
+        self.error_type = type(error).__name__
+        self.error_text = str(error)
+        self.traceback_text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        super().__init__(f"{case}[{profile}]: stage '{stage}' failed: {self.error_type}: {error}")
+
+
+def set_seed(seed: int) -> None:
+    """Seed every RNG a builder may touch, so reference weights and inputs are reproducible."""
+    import random
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed % (2**32))
+    except ImportError:  # numpy is optional for the harness itself
+        pass
+
+
+def _quant_modules(root: torch.nn.Module) -> list[Any]:
+    from tico.quantization.wrapq.wrappers.quant_module_base import QuantModuleBase
+
+    return [m for m in root.modules() if isinstance(m, QuantModuleBase)]
+
+
+def unwrap(root: torch.nn.Module) -> torch.nn.Module:
+    """The case-level wrapper inside tico's PTQWrapper shell (or the module itself)."""
+    return getattr(root, "wrapped", root)
+
+
+class Pipeline:
+    """Artifacts of one (case, profile). Construct via ``PipelineCache.get``."""
+
+    def __init__(self, case: Case, profile: str):
+        self.case = case
+        self.profile = profile
+        self.timings: dict[str, float] = {}
+        self._values: dict[str, Any] = {}
+        self._errors: dict[str, StageError] = {}
+
+    # -- stage machinery -------------------------------------------------
+    def _stage(self, name: str, compute: Callable[[], Any]) -> Any:
+        if name in self._values:
+            return self._values[name]
+        if name in self._errors:
+            raise self._errors[name]
+        start = time.perf_counter()
+        try:
+            with torch.no_grad():
+                value = compute()
+        except StageError as upstream:
+            # A dependency failed: remember it under this name too, without re-running.
+            self._errors[name] = upstream
+            raise
+        except Exception as exc:  # noqa: BLE001 - any wrapper crash becomes a named stage failure
+            err = StageError(self.case.name, self.profile, name, exc)
+            self._errors[name] = err
+            raise err from exc
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+        self._values[name] = value
+        return value
+
+    # -- stages ------------------------------------------------------------
+    @property
+    def built(self) -> Built:
+        def compute() -> Built:
+            set_seed(self.case.seed)
+            built = self.case.build(self.profile)
+            if not isinstance(built, Built):
+                raise TypeError(f"build() must return harness.Built, got {type(built).__name__}")
+            built.module.eval()
+            return built
+
+        return self._stage("reference", compute)
+
+    @property
+    def ptq_config(self) -> Any:
+        return self._stage("ptq_config", lambda: self.case.ptq_config(self.profile))
+
+    @property
+    def wrapped(self) -> torch.nn.Module:
+        """The wrapper tree in NO_QUANT mode, as tico constructs it (no calibration enabled)."""
+
+        def compute() -> torch.nn.Module:
+            from tico.quantization.wrapq.wrap_helper import PTQWrapHelper
+
+            cfg = self.ptq_config
+            helper = PTQWrapHelper(strict_wrap=bool(getattr(cfg, "strict_wrap", True)))
+            return helper.wrap_supported(copy.deepcopy(self.built.module), cfg).eval()
+
+        return self._stage("wrap", compute)
+
+    @property
+    def quantized(self) -> torch.nn.Module:
+        """The public PTQ flow on a private copy: prepare -> calibrate -> convert."""
+
+        def compute() -> torch.nn.Module:
+            from tico.quantization import convert, prepare
+
+            built, cfg = self.built, self.ptq_config
+            prepared = self._stage("prepare", lambda: prepare(copy.deepcopy(built.module), cfg, inplace=True))
+
+            def calibrate() -> None:
+                for sample in built.inputs.calibration:
+                    sample.call(prepared)
+
+            self._stage("calibrate", calibrate)
+            return self._stage("convert", lambda: convert(prepared, inplace=True).eval())
+
+        return self._stage("quantized", compute)
+
+    def output(self, which: str, sample_name: str) -> torch.Tensor:
+        """Output tensor of 'reference', 'noquant' or 'quant' for an evaluation sample."""
+        modules = {
+            "reference": lambda: self.built.module,
+            "noquant": lambda: self.wrapped,
+            "quant": lambda: self.quantized,
+        }
+        sample = self.sample(sample_name)
+        return self._stage(
+            f"{which}_output[{sample_name}]",
+            lambda: self.case.output(sample.call(modules[which]())).detach(),
+        )
+
+    def sample(self, sample_name: str) -> Sample:
+        samples = self.built.inputs.evaluation
+        if sample_name not in samples:
+            raise KeyError(f"case {self.case.name!r} has no evaluation sample {sample_name!r}; has {sorted(samples)}")
+        return samples[sample_name]
+
+    def export_adapter(self, mode: str, sample_name: str) -> torch.nn.Module:
+        """Static export adapter over a private copy of the 'noquant' or 'quant' model."""
+        export = self.case.export
+        if export is None:
+            raise RuntimeError(f"case {self.case.name!r} declares no export capability")
+        source = {"noquant": lambda: self.wrapped, "quant": lambda: self.quantized}[mode]
+        sample = self.sample(sample_name)
+        return self._stage(
+            f"export_adapter[{mode},{sample_name}]",
+            lambda: export.adapter(copy.deepcopy(source()), sample, self.built).eval(),
+        )
+
+    def export_output(self, mode: str, sample_name: str) -> torch.Tensor:
+        export = self.case.export
+        assert export is not None
+        sample = self.sample(sample_name)
+        return self._stage(
+            f"export_output[{mode},{sample_name}]",
+            lambda: self.case.output(self.export_adapter(mode, sample_name)(*export.args(sample))).detach(),
+        )
+
+    # -- immutability guard -------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Cheap fingerprint of every shared artifact: tensor version counters, modes, buffers."""
+        state: dict[str, Any] = {}
+
+        def visit(prefix: str, value: Any) -> None:
+            if isinstance(value, torch.Tensor):
+                state[prefix] = ("tensor", value._version, value.data_ptr())
+            elif isinstance(value, torch.nn.Module):
+                for name, t in list(value.named_parameters()) + list(value.named_buffers()):
+                    state[f"{prefix}.{name}"] = ("tensor", t._version, t.data_ptr())
+                modes = tuple(str(getattr(m, "_mode", "")) for m in value.modules())
+                state[f"{prefix}#modes"] = modes
+                state[f"{prefix}#buffers"] = tuple(name for name, _ in value.named_buffers())
+            elif isinstance(value, Built):
+                visit(f"{prefix}.module", value.module)
+                for kind, samples in (("calibration", enumerate(value.inputs.calibration)),
+                                      ("evaluation", value.inputs.evaluation.items())):
+                    for key, sample in samples:
+                        for i, arg in enumerate(sample.args):
+                            visit(f"{prefix}.{kind}[{key}].args[{i}]", arg)
+                        for k, arg in sample.kwargs.items():
+                            visit(f"{prefix}.{kind}[{key}].{k}", arg)
+
+        for name, value in self._values.items():
+            visit(name, value)
+        return state
+
+    def mutated_since(self, before: dict[str, Any]) -> list[str]:
+        after = self.snapshot()
+        return sorted(k for k, v in before.items() if k in after and after[k] != v)
+
+
+class PipelineCache:
+    """Per-process memo of pipelines: one per (case, profile), shared by its checks."""
+
+    def __init__(self) -> None:
+        self._pipelines: dict[tuple[str, str], Pipeline] = {}
+
+    def get(self, case: Case, profile: str) -> Pipeline:
+        key = (case.name, profile)
+        if key not in self._pipelines:
+            self._pipelines[key] = Pipeline(case, profile)
+        return self._pipelines[key]
+
+    def release(self, case_name: str, profile: str) -> None:
+        self._pipelines.pop((case_name, profile), None)

@@ -1,0 +1,291 @@
+"""pytest plugin: collects case x profile x check items from the cases directory.
+
+Node ids read ``cases/gemma4.py::gemma4_vision_encoder[tiny]::rotary_parity`` so -k, --lf,
+junit and xdist work unchanged. Under xdist the plugin picks ``--dist loadscope``, whose
+scope is everything before the last ``::`` -- one case and profile -- so a case's items share
+one worker and its pipeline. Results ride on each report's ``user_properties`` to the
+controller, which alone writes ``reports/results.json``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.case import Case, CaseDefinitionError
+from harness.checks import all_checks
+from harness.checks.base import Check, CheckResult
+from harness.pipeline import PipelineCache, StageError
+from harness.results import RESULT_PROPERTY, ResultCollector, jsonable
+
+DEFAULT_PROFILE = "tiny"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("wrapq", "wrapq validation harness")
+    group.addoption(
+        "--profile",
+        action="append",
+        dest="wrapq_profiles",
+        default=None,
+        help=f"size profile to run (repeatable; default: {DEFAULT_PROFILE}). 'all' runs every profile a case lists.",
+    )
+    group.addoption(
+        "--wrapq-report-dir",
+        dest="wrapq_report_dir",
+        default=None,
+        help="where results.json is written (default: <rootdir>/reports)",
+    )
+    group.addoption(
+        "--torch-threads",
+        dest="wrapq_torch_threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads per process (default 1: xdist workers must not oversubscribe cores, "
+        "and a fixed count keeps numerics identical between -n 1 and -n auto)",
+    )
+    parser.addini("wrapq_cases_dir", "directory (relative to rootdir) holding case modules", default="cases")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    # Group each case's checks on one worker unless the user chose a distribution mode.
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") == "no":
+        config.option.dist = "loadscope"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, config.getoption("wrapq_torch_threads")))
+    cases_dir = (config.rootpath / config.getini("wrapq_cases_dir")).resolve()
+    profiles = config.getoption("wrapq_profiles") or [DEFAULT_PROFILE]
+    state = _State(cases_dir=cases_dir, profiles=profiles, config=config)
+    config.stash[_STATE] = state
+    config.pluginmanager.register(state, "wrapq-state")
+
+
+class _State:
+    """Per-process plugin state: the pipeline memo and, on the controller, the collector."""
+
+    def __init__(self, cases_dir: Path, profiles: list[str], config: pytest.Config):
+        self.cases_dir = cases_dir
+        self.profiles = profiles
+        self.pipelines = PipelineCache()
+        self.is_worker = hasattr(config, "workerinput")
+        report_dir = config.getoption("wrapq_report_dir")
+        self.report_dir = Path(report_dir) if report_dir else config.rootpath / "reports"
+        try:
+            prefix = cases_dir.relative_to(config.rootpath).as_posix() + "/"
+        except ValueError:
+            prefix = cases_dir.as_posix() + "/"
+        self.collector = ResultCollector(case_nodeid_prefix=prefix)
+
+    def wants(self, case: Case, profile: str) -> bool:
+        return "all" in self.profiles or profile in self.profiles
+
+    # -- hooks (this object is registered as a plugin) --------------------------
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.collector.start()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self.is_worker:
+            self.collector.add_report(report)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker or session.config.option.collectonly:
+            return
+        self.collector.write(self.report_dir / "results.json", exitstatus=int(exitstatus), profiles=self.profiles)
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+        if self.is_worker or config.option.collectonly or not self.collector.records:
+            return
+        from harness.summary import render_summary_table
+
+        terminalreporter.section("wrapq summary")
+        terminalreporter.write_line(render_summary_table(self.collector.records))
+        terminalreporter.write_line(f"results: {self.report_dir / 'results.json'}")
+
+
+_STATE = pytest.StashKey[_State]()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    state = parent.config.stash[_STATE]
+    if file_path.suffix == ".py" and file_path.parent.resolve() == state.cases_dir and not file_path.name.startswith("_"):
+        return CaseFile.from_parent(parent, path=file_path)
+    return None
+
+
+def _import_case_module(path: Path, rootpath: Path) -> Any:
+    rel = path.resolve().relative_to(rootpath.resolve()).with_suffix("")
+    if str(rootpath) not in sys.path:
+        sys.path.insert(0, str(rootpath))
+    return importlib.import_module(".".join(rel.parts))
+
+
+class CaseFile(pytest.File):
+    """One case module: defines ``CASES``, a list of harness.Case."""
+
+    def collect(self):
+        state = self.config.stash[_STATE]
+        try:
+            module = _import_case_module(self.path, self.config.rootpath)
+            cases = getattr(module, "CASES", None)
+            if not isinstance(cases, (list, tuple)):
+                raise CaseDefinitionError(self.path.stem, "CASES", "module must define CASES as a list of harness.Case")
+            for i, case in enumerate(cases):
+                if not isinstance(case, Case):
+                    raise CaseDefinitionError(f"{self.path.stem}.CASES[{i}]", "CASES", f"is {type(case).__name__}, not harness.Case")
+        except Exception as exc:  # noqa: BLE001 - a broken case file fails alone, the session goes on
+            yield DefinitionErrorItem.from_parent(self, name="<definition>", error=exc)
+            return
+        checks = all_checks()
+        for case in cases:
+            for profile in case.profiles:
+                if state.wants(case, profile):
+                    yield CaseNode.from_parent(self, name=f"{case.name}[{profile}]", case=case, profile=profile, checks=checks)
+
+
+class CaseNode(pytest.Collector):
+    """One (case, profile): the xdist scope that keeps its checks on one worker."""
+
+    def __init__(self, *, case: Case, profile: str, checks: list[Check], **kwargs: Any):
+        super().__init__(**kwargs)
+        self.case = case
+        self.profile = profile
+        self.checks = checks
+
+    def collect(self):
+        for check in self.checks:
+            yield CheckItem.from_parent(self, name=check.name, case=self.case, profile=self.profile, check=check)
+
+
+class CheckFailed(Exception):
+    def __init__(self, result: CheckResult):
+        self.result = result
+        super().__init__("; ".join(result.problems))
+
+
+class CheckItem(pytest.Item):
+    """One generic check applied to one (case, profile)."""
+
+    def __init__(self, *, case: Case, profile: str, check: Check, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.case = case
+        self.profile = profile
+        self.check = check
+        self.duplicate_of: str | None = None
+        self._record_base = {"case": case.name, "family": case.family, "profile": profile, "check": check.name}
+
+    def _record(self, **fields: Any) -> None:
+        record = dict(self._record_base, **fields)
+        self.user_properties.append((RESULT_PROPERTY, jsonable(record)))
+
+    def setup(self) -> None:
+        if self.duplicate_of:
+            raise CaseDefinitionError(self.case.name, "name", f"duplicate case name, also defined in {self.duplicate_of}")
+        reason = self.case.unavailable_reason()
+        if reason:
+            self._record(skip_reason=f"case unavailable: {reason}")
+            pytest.skip(f"case unavailable: {reason}")
+        reason = self.case.not_applicable.get(self.check.name)
+        if reason:
+            reason = f"not applicable: {reason}"
+        else:
+            reason = self.check.applies(self.case)
+        if reason:
+            self._record(skip_reason=reason)
+            pytest.skip(reason)
+
+    def runtest(self) -> None:
+        pipeline = self.config.stash[_STATE].pipelines.get(self.case, self.profile)
+        before = pipeline.snapshot()
+        start = time.perf_counter()
+        try:
+            result = self.check.run(pipeline)
+        except StageError as err:
+            self._record(stage_error={"stage": err.stage, "type": err.error_type, "message": err.error_text},
+                         stage_timings=dict(pipeline.timings), check_seconds=time.perf_counter() - start)
+            raise
+        mutated = pipeline.mutated_since(before)
+        if mutated:
+            result.fail(f"check mutated shared pipeline artifacts: {', '.join(mutated[:5])}")
+        self._record(
+            metrics=result.metrics,
+            problems=result.problems,
+            notes=result.notes,
+            evidence=result.evidence,
+            stage_timings=dict(pipeline.timings),
+            check_seconds=time.perf_counter() - start,
+        )
+        if not result.passed:
+            raise CheckFailed(result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style=None) -> str:
+        err = excinfo.value
+        if isinstance(err, CheckFailed):
+            lines = [f"{self.check.name} failed for {self.case.name}[{self.profile}]:"]
+            lines += [f"  - {p}" for p in err.result.problems]
+            return "\n".join(lines)
+        if isinstance(err, StageError):
+            return f"{err}\n\n{err.traceback_text}"
+        if isinstance(err, CaseDefinitionError):
+            return str(err)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.parent.name}::{self.name}"
+
+
+class DefinitionErrorItem(pytest.Item):
+    """Stands in for a case file that could not be loaded, so the failure is named, not lost."""
+
+    def __init__(self, *, error: BaseException, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.error = error
+
+    def runtest(self) -> None:
+        raise self.error
+
+    def repr_failure(self, excinfo, style=None) -> str:
+        err = excinfo.value
+        if isinstance(err, CaseDefinitionError):
+            return f"malformed case definition in {self.path.name}: {err}"
+        return f"cannot load case module {self.path.name}: {type(err).__name__}: {err}"
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}::<definition>"
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Flag case names defined in more than one file (both copies fail, neither is dropped)."""
+    files_by_case: dict[str, set[str]] = {}
+    for item in items:
+        if isinstance(item, CheckItem):
+            files_by_case.setdefault(item.case.name, set()).add(item.path.name)
+    for item in items:
+        if isinstance(item, CheckItem) and len(files_by_case[item.case.name]) > 1:
+            others = sorted(files_by_case[item.case.name] - {item.path.name}) or [item.path.name]
+            item.duplicate_of = ", ".join(others)
+    seen: dict[tuple[str, str, str], str] = {}
+    for item in items:
+        if isinstance(item, CheckItem):
+            key = (item.case.name, item.profile, item.check.name)
+            if key in seen and seen[key] != item.nodeid:
+                item.duplicate_of = item.path.name
+            seen.setdefault(key, item.nodeid)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Drop a case's pipeline once its last item on this worker is done (bounded memory)."""
+    if not isinstance(item, CheckItem):
+        return
+    same_next = isinstance(nextitem, CheckItem) and (nextitem.case.name, nextitem.profile) == (item.case.name, item.profile)
+    if not same_next:
+        item.config.stash[_STATE].pipelines.release(item.case.name, item.profile)

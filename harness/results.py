@@ -1,0 +1,146 @@
+"""Per-item result records: built on workers, carried by pytest reports, merged and written
+once by the controller as reports/results.json (the single source for every report view)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+RESULT_PROPERTY = "wrapq"
+SCHEMA_VERSION = 1
+_NODEID_RE = re.compile(r"^(?P<file>[^:]+)::(?P<case>[^\[:]+)\[(?P<profile>[^\]]+)\]::(?P<check>[^:]+)$")
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON types only (execnet and json both need them); non-finite floats as strings."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    try:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return jsonable(value.detach().cpu().tolist()) if value.numel() <= 64 else f"<tensor {tuple(value.shape)}>"
+    except ImportError:  # pragma: no cover
+        pass
+    return str(value)
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed distribution versions (tico's own __version__ is stale in 0.3.0)."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in ("torch", "transformers", "tico", "pytest", "pytest-xdist"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
+    return versions
+
+
+def git_commit(cwd: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class ResultCollector:
+    """Folds setup/call/teardown reports of harness items into one record per node id."""
+
+    def __init__(self, case_nodeid_prefix: str):
+        self.prefix = case_nodeid_prefix
+        self.records: dict[str, dict[str, Any]] = {}
+        self.started = time.time()
+
+    def start(self) -> None:
+        self.started = time.time()
+
+    def add_report(self, report: Any) -> None:
+        nodeid = report.nodeid
+        if not nodeid.startswith(self.prefix):
+            return
+        record = self.records.setdefault(nodeid, self._skeleton(nodeid))
+        for key, value in getattr(report, "user_properties", ()):
+            if key == RESULT_PROPERTY and isinstance(value, dict):
+                record.update(value)
+        when, outcome = report.when, report.outcome
+        record["duration"] = record.get("duration", 0.0) + float(getattr(report, "duration", 0.0) or 0.0)
+        if outcome == "skipped":
+            record["outcome"] = "skipped"
+            longrepr = report.longrepr
+            reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+            record["message"] = reason.removeprefix("Skipped: ")
+        elif outcome == "failed":
+            if when not in ("setup", "call", "teardown"):
+                record["outcome"] = "crashed"
+            else:
+                record["outcome"] = "failed" if when == "call" else "error"
+            text = getattr(report, "longreprtext", "") or str(report.longrepr)
+            record["message"] = (record.get("message", "") + "\n" + text).strip() if record.get("message") else text
+        elif when == "call" and record["outcome"] == "pending":
+            record["outcome"] = "passed"
+
+    def _skeleton(self, nodeid: str) -> dict[str, Any]:
+        match = _NODEID_RE.match(nodeid)
+        parts = match.groupdict() if match else {"file": nodeid.split("::")[0], "case": None, "profile": None, "check": None}
+        return {
+            "nodeid": nodeid,
+            "case": parts["case"],
+            "profile": parts["profile"],
+            "check": parts["check"],
+            "outcome": "pending",
+            "message": "",
+            "metrics": {},
+        }
+
+    def write(self, path: Path, *, exitstatus: int, profiles: list[str]) -> dict[str, Any]:
+        for record in self.records.values():
+            if record["outcome"] == "pending":  # e.g. interrupted before the call phase
+                record["outcome"] = "not_run"
+        counts: dict[str, int] = {}
+        for record in self.records.values():
+            counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
+        document = {
+            "schema": SCHEMA_VERSION,
+            "run": {
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+                "duration_s": round(time.time() - self.started, 3),
+                "exitstatus": exitstatus,
+                "commit": git_commit(Path.cwd()),
+                "argv": sys.argv[1:],
+                "profiles": profiles,
+                "versions": package_versions(),
+                "counts": counts,
+            },
+            "results": [jsonable(self.records[k]) for k in sorted(self.records)],
+        }
+        atomic_write_text(path, json.dumps(document, indent=2, sort_keys=True))
+        return document
