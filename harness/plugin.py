@@ -192,16 +192,19 @@ class CheckItem(pytest.Item):
             raise CaseDefinitionError(self.case.name, "name", f"duplicate case name, also defined in {self.duplicate_of}")
         reason = self.case.unavailable_reason()
         if reason:
-            self._record(skip_reason=f"case unavailable: {reason}")
-            pytest.skip(f"case unavailable: {reason}")
+            self._skip(f"case unavailable: {reason}")
         reason = self.case.not_applicable.get(self.check.name)
         if reason:
             reason = f"not applicable: {reason}"
         else:
             reason = self.check.applies(self.case)
         if reason:
-            self._record(skip_reason=reason)
-            pytest.skip(reason)
+            self._skip(reason)
+
+    def _skip(self, reason: str) -> None:
+        self._record(skip_reason=reason)
+        # Report the skip at the item (case file), not at this line of the plugin.
+        raise pytest.skip.Exception(reason, _use_item_location=True)
 
     def runtest(self) -> None:
         pipeline = self.config.stash[_STATE].pipelines.get(self.case, self.profile)
@@ -240,7 +243,7 @@ class CheckItem(pytest.Item):
         return super().repr_failure(excinfo)
 
     def reportinfo(self):
-        return self.path, None, f"{self.parent.name}::{self.name}"
+        return self.path, 0, f"{self.parent.name}::{self.name}"
 
 
 class DefinitionErrorItem(pytest.Item):
@@ -260,7 +263,7 @@ class DefinitionErrorItem(pytest.Item):
         return f"cannot load case module {self.path.name}: {type(err).__name__}: {err}"
 
     def reportinfo(self):
-        return self.path, None, f"{self.path.name}::<definition>"
+        return self.path, 0, f"{self.path.name}::<definition>"
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -8,6 +8,9 @@ from harness.checks.base import Check, CheckResult, requires_capability
 from harness.compare import compare_close
 
 
+_MODE_LABEL = {"noquant": "NO_QUANT", "quant": "QUANT"}
+
+
 def run(pipeline) -> CheckResult:
     result = CheckResult()
     th = pipeline.case.thresholds
@@ -15,7 +18,7 @@ def run(pipeline) -> CheckResult:
         valid = pipeline.sample(name).valid_tokens
         for mode in ("noquant", "quant"):
             metrics, problem = compare_close(
-                f"{mode.upper()} dynamic forward vs export adapter [{name}]",
+                f"{_MODE_LABEL[mode]} dynamic forward vs export adapter [{name}]",
                 pipeline.output(mode, name),
                 pipeline.export_output(mode, name),
                 atol=th.export_atol,
