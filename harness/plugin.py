@@ -188,8 +188,6 @@ class CheckItem(pytest.Item):
         self.user_properties.append((RESULT_PROPERTY, jsonable(record)))
 
     def setup(self) -> None:
-        if self.duplicate_of:
-            raise CaseDefinitionError(self.case.name, "name", f"duplicate case name, also defined in {self.duplicate_of}")
         reason = self.case.unavailable_reason()
         if reason:
             self._skip(f"case unavailable: {reason}")
@@ -207,6 +205,8 @@ class CheckItem(pytest.Item):
         raise pytest.skip.Exception(reason, _use_item_location=True)
 
     def runtest(self) -> None:
+        if self.duplicate_of:
+            raise CaseDefinitionError(self.case.name, "name", f"duplicate case name, also defined in {self.duplicate_of}")
         pipeline = self.config.stash[_STATE].pipelines.get(self.case, self.profile)
         before = pipeline.snapshot()
         start = time.perf_counter()
@@ -267,22 +267,15 @@ class DefinitionErrorItem(pytest.Item):
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Flag case names defined in more than one file (both copies fail, neither is dropped)."""
-    files_by_case: dict[str, set[str]] = {}
+    """Flag case names defined more than once (every copy fails; none is silently dropped)."""
+    definitions: dict[str, set[tuple[str, int]]] = {}
     for item in items:
         if isinstance(item, CheckItem):
-            files_by_case.setdefault(item.case.name, set()).add(item.path.name)
+            definitions.setdefault(item.case.name, set()).add((item.path.name, id(item.case)))
     for item in items:
-        if isinstance(item, CheckItem) and len(files_by_case[item.case.name]) > 1:
-            others = sorted(files_by_case[item.case.name] - {item.path.name}) or [item.path.name]
+        if isinstance(item, CheckItem) and len(definitions[item.case.name]) > 1:
+            others = sorted(f for f, case_id in definitions[item.case.name] if case_id != id(item.case))
             item.duplicate_of = ", ".join(others)
-    seen: dict[tuple[str, str, str], str] = {}
-    for item in items:
-        if isinstance(item, CheckItem):
-            key = (item.case.name, item.profile, item.check.name)
-            if key in seen and seen[key] != item.nodeid:
-                item.duplicate_of = item.path.name
-            seen.setdefault(key, item.nodeid)
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:

@@ -1,0 +1,146 @@
+"""The pytest plugin, driven end to end with pytester in a scratch project (subprocess runs,
+so case modules never collide with the repo's own ``cases`` package)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+TOY_CASES = '''
+import torch
+from harness import Built, Case, CaseInputs, Sample, Thresholds
+
+
+def build_linear(profile):
+    module = torch.nn.Linear(8, 4)
+    sample = lambda: Sample(args=(torch.randn(2, 8),))
+    return Built(module=module, inputs=CaseInputs(calibration=(sample(), sample()), evaluation={"default": sample()}))
+
+
+CASES = [
+    Case(name="toy_linear", family="nn", build=build_linear, profiles=("tiny", "wide"),
+         thresholds=Thresholds(max_peir=0.3)),
+    Case(name="toy_future", family="nn", build=build_linear, min_versions={"transformers": "99.0"}),
+    Case(name="toy_missing", family="nn", build=build_linear, requires=("no_such_module_xyz",)),
+]
+'''
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makeini(
+        """
+        [pytest]
+        testpaths = cases
+        wrapq_cases_dir = cases
+        addopts = -p no:cacheprovider
+        """
+    )
+    cases = pytester.mkpydir("cases")
+    (cases / "toy.py").write_text(textwrap.dedent(TOY_CASES))
+    return pytester
+
+
+def _results(pytester) -> dict:
+    return json.loads((pytester.path / "reports" / "results.json").read_text())
+
+
+def test_collection_ids_are_readable(project):
+    result = project.runpytest_subprocess("--collect-only", "-q")
+    lines = [line for line in result.outlines if "::" in line]
+    assert "cases/toy.py::toy_linear[tiny]::quant_accuracy" in lines
+    assert "cases/toy.py::toy_linear[tiny]::rotary_parity" in lines
+    # Only the default profile is collected unless asked.
+    assert not any("[wide]" in line for line in lines)
+    result = project.runpytest_subprocess("--collect-only", "-q", "--profile", "wide")
+    assert any(line == "cases/toy.py::toy_linear[wide]::noquant_parity" for line in result.outlines)
+
+
+def test_skip_reasons_and_results_json(project):
+    result = project.runpytest_subprocess("-rs")
+    result.assert_outcomes(passed=2, skipped=13)
+    out = result.stdout.str()
+    assert "not applicable: case 'toy_linear' declares no export capability" in out
+    assert "case unavailable: requires transformers>=99.0, found" in out
+    assert "case unavailable: requires module no_such_module_xyz, which is not importable" in out
+    doc = _results(project)
+    by_id = {r["nodeid"]: r for r in doc["results"]}
+    acc = by_id["cases/toy.py::toy_linear[tiny]::quant_accuracy"]
+    assert acc["outcome"] == "passed"
+    assert acc["case"] == "toy_linear" and acc["profile"] == "tiny" and acc["check"] == "quant_accuracy"
+    assert 0 < acc["metrics"]["peir"] < 0.3
+    assert {"reference", "wrap", "prepare", "calibrate", "convert"} <= set(acc["stage_timings"])
+    skipped = by_id["cases/toy.py::toy_missing[tiny]::noquant_parity"]
+    assert skipped["outcome"] == "skipped" and "no_such_module_xyz" in skipped["message"]
+    assert doc["run"]["versions"]["tico"] == "0.3.0"
+    assert doc["run"]["counts"] == {"passed": 2, "skipped": 13}
+
+
+def test_xdist_results_are_merged_on_the_controller(project):
+    result = project.runpytest_subprocess("-n", "2", "--profile", "tiny", "--profile", "wide")
+    result.assert_outcomes(passed=4, skipped=16)
+    assert "loadscope" in result.stdout.str() or "created: 2/2 workers" in result.stdout.str()
+    doc = _results(project)
+    assert len(doc["results"]) == 20
+    outcomes = {r["nodeid"]: r["outcome"] for r in doc["results"]}
+    assert outcomes["cases/toy.py::toy_linear[wide]::quant_accuracy"] == "passed"
+    assert all(r.get("family") == "nn" for r in doc["results"])
+
+
+def test_failing_check_reports_clear_message(project):
+    (project.path / "cases" / "strict.py").write_text(
+        textwrap.dedent(TOY_CASES).replace("max_peir=0.3", "max_peir=1e-9").replace('"toy_', '"strict_')
+    )
+    result = project.runpytest_subprocess("-k", "strict_linear and tiny and quant_accuracy")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "quant_accuracy failed for strict_linear[tiny]:" in out
+    assert "[default] PEIR 0.1" in out and "exceeds threshold 1e-09" in out
+    rec = _results(project)["results"][0]
+    assert rec["outcome"] == "failed" and "exceeds threshold" in rec["problems"][0]
+
+
+def test_malformed_case_fails_alone_with_case_and_field(project):
+    (project.path / "cases" / "broken.py").write_text(
+        textwrap.dedent(
+            """
+            from harness import Case, Thresholds
+            CASES = [Case(name="bad_case", family="nn", build=lambda p: None, thresholds=Thresholds(max_peir="0.1"))]
+            """
+        )
+    )
+    result = project.runpytest_subprocess("-k", "broken or (toy_linear and tiny and quant_accuracy)")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*malformed case definition in broken.py: case 'bad_case': field 'thresholds.max_peir': must be a number or None, got str*"]
+    )
+
+
+def test_duplicate_case_names_fail_both_copies(project):
+    (project.path / "cases" / "copy.py").write_text(textwrap.dedent(TOY_CASES))
+    result = project.runpytest_subprocess("-k", "toy_linear and tiny and noquant_parity")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert "case 'toy_linear': field 'name': duplicate case name, also defined in toy.py" in out
+    assert "case 'toy_linear': field 'name': duplicate case name, also defined in copy.py" in out
+
+
+def test_crashing_wrapper_names_the_stage(project):
+    (project.path / "cases" / "crash.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from harness import Case
+            def build(profile):
+                raise RuntimeError("reference builder exploded")
+            CASES = [Case(name="crashy", family="nn", build=build)]
+            """
+        )
+    )
+    result = project.runpytest_subprocess("-k", "crashy or (toy_linear and tiny)")
+    result.assert_outcomes(passed=2, failed=2, skipped=6)
+    assert "crashy[tiny]: stage 'reference' failed: RuntimeError: reference builder exploded" in result.stdout.str()
+    by_case = [r for r in _results(project)["results"] if r["case"] == "crashy" and r["outcome"] == "failed"]
+    assert {r["stage_error"]["stage"] for r in by_case} == {"reference"}
