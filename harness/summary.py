@@ -33,6 +33,7 @@ def render_summary_table(records: dict[str, dict[str, Any]]) -> str:
         row["seconds"] += float(rec.get("duration") or 0.0)
         if check == "quant_accuracy":
             row["metrics"] = rec.get("metrics") or {}
+    checks.sort(key=lambda c: (c == "<definition>", c))
     table = []
     for (case, profile), row in sorted(rows.items(), key=lambda kv: (not kv[1]["bad"], kv[0])):
         m = row["metrics"]
