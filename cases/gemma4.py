@@ -130,17 +130,21 @@ def _encoder_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, built:
     return tables
 
 
-def _encoder_masks(wrapped: torch.nn.Module, built: Built) -> list[MaskProbe]:
-    """The mask the dynamic path hands layer 0 and the one baked for export, padded input."""
-    encoder = unwrap(wrapped)
+def _encoder_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
+    """The additive mask that reaches the first encoder layer, on the dynamic path and through
+    the export adapter, for every evaluation sample -- in whatever mode ``root`` is in."""
+    encoder = unwrap(root)
     fill = float(encoder.qcfg.attention_mask_fill_value)
     probes = []
     for name, sample in built.inputs.evaluation.items():
-        used = first_call_kwarg(wrapped, encoder.layers[0], sample.call, "attention_mask")
+        used = first_call_kwarg(root, encoder.layers[0], sample.call, "attention_mask")
         probes.append(MaskProbe(f"dynamic:{name}", used, sample.valid_tokens, fill))
-        adapter_owner = unwrap(copy.deepcopy(wrapped))
-        adapter_owner.as_export_module("prefill", pixel_position_ids=sample.kwargs["pixel_position_ids"])
-        probes.append(MaskProbe(f"export:{name}", adapter_owner.attention_mask_template, sample.valid_tokens, fill))
+        owner = copy.deepcopy(root)
+        adapter = _encoder_adapter(owner, sample, built)
+        baked = first_call_kwarg(
+            adapter, unwrap(owner).layers[0], lambda m: m(sample.kwargs["inputs_embeds"]), "attention_mask"
+        )
+        probes.append(MaskProbe(f"export:{name}", baked, sample.valid_tokens, fill))
     return probes
 
 
@@ -160,7 +164,16 @@ VISION_ENCODER = Case(
     requires=GEMMA4_REQUIRES,
     min_versions=GEMMA4_MIN_VERSIONS,
     # Measured on the pinned stack: mean 0.0799, max 0.503, PEIR 0.0567, SQNR ~ 22 dB.
-    thresholds=Thresholds(max_mean_abs_diff=0.12, max_abs_diff=0.8, max_peir=0.09, min_sqnr_db=18.0),
+    # Circle replay (FAKE_QUANTIZE) differs from torch QUANT by max 3.0 / mean 0.49 output steps
+    # on tico 0.3.0 (0.126 / 0.021 absolute): a real gap, measured and held from growing.
+    thresholds=Thresholds(
+        max_mean_abs_diff=0.12,
+        max_abs_diff=0.8,
+        max_peir=0.09,
+        min_sqnr_db=18.0,
+        circle_max_steps=3.5,
+        circle_mean_steps=0.75,
+    ),
     export=ExportCapability(
         adapter=_encoder_adapter,
         args=lambda sample: (sample.kwargs["inputs_embeds"],),
@@ -169,6 +182,7 @@ VISION_ENCODER = Case(
     rotary=RotaryCapability(tables=_encoder_rotary),
     mask=MaskCapability(probes=_encoder_masks),
     ungated_samples={"padded": _PADDING_HAZARD},
+    expected_failures={"mask_quant": _PADDING_HAZARD},
 )
 
 VISION_ENCODER_PADDED_CALIB = dataclasses.replace(
@@ -179,6 +193,7 @@ VISION_ENCODER_PADDED_CALIB = dataclasses.replace(
     # Measured: default mean 0.090 / PEIR 0.063; padded mean 0.136.
     thresholds=dataclasses.replace(VISION_ENCODER.thresholds, max_mean_abs_diff=0.15),
     ungated_samples={},
+    expected_failures={},
 )
 
 CASES = [VISION_ENCODER, VISION_ENCODER_PADDED_CALIB]

@@ -83,6 +83,12 @@ class Thresholds:
     export_rtol: float = 0.0
     # Wrapper cos/sin tables vs Hugging Face rotary module.
     rotary_atol: float = 1e-6
+    # Export adapter (eager) vs its torch.export program: exact unless stated.
+    torch_export_atol: float = 0.0
+    # Circle replay vs torch QUANT output, in quantization steps of the output tensor.
+    circle_max_steps: float | None = None
+    circle_mean_steps: float | None = None
+    circle_native_max_steps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,12 @@ class Case:
     not_applicable: Mapping[str, str] = field(default_factory=dict)
     # evaluation sample -> why its quantized accuracy is measured but not gated.
     ungated_samples: Mapping[str, str] = field(default_factory=dict)
+    # check name -> why it is known to fail on the pinned stack (strict xfail: a pass fails).
+    expected_failures: Mapping[str, str] = field(default_factory=dict)
+    # exported-graph op target (e.g. 'aten.permute.default', 'getitem') -> why it needs no qparam.
+    qparam_allowlist: Mapping[str, str] = field(default_factory=dict)
+    # observer path pattern (fnmatch, relative to the wrapped root) -> why it is never fed.
+    unused_observers: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         name = self.name if isinstance(self.name, str) else repr(self.name)
@@ -217,10 +229,12 @@ class Case:
             value = getattr(self, attr)
             if value is not None and not isinstance(value, kind):
                 raise CaseDefinitionError(name, attr, f"must be {kind.__name__} or None, got {type(value).__name__}")
-        if not isinstance(self.not_applicable, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) and v for k, v in self.not_applicable.items()
-        ):
-            raise CaseDefinitionError(name, "not_applicable", "must map check names to non-empty reasons")
+        for attr in ("not_applicable", "expected_failures", "qparam_allowlist", "unused_observers"):
+            value = getattr(self, attr)
+            if not isinstance(value, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in value.items()
+            ):
+                raise CaseDefinitionError(name, attr, "must map names to non-empty reasons")
         if not isinstance(self.ungated_samples, Mapping) or "default" in self.ungated_samples:
             raise CaseDefinitionError(name, "ungated_samples", "must be a mapping and cannot exempt the 'default' sample")
         if self.export is not None and not self.export.samples:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import copy
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from harness.case import Built, Case, Sample
@@ -39,12 +41,7 @@ def set_seed(seed: int) -> None:
 
     random.seed(seed)
     torch.manual_seed(seed)
-    try:
-        import numpy
-
-        numpy.random.seed(seed % (2**32))
-    except ImportError:  # numpy is optional for the harness itself
-        pass
+    np.random.seed(seed % (2**32))
 
 
 def _quant_modules(root: torch.nn.Module) -> list[Any]:
@@ -61,9 +58,10 @@ def unwrap(root: torch.nn.Module) -> torch.nn.Module:
 class Pipeline:
     """Artifacts of one (case, profile). Construct via ``PipelineCache.get``."""
 
-    def __init__(self, case: Case, profile: str):
+    def __init__(self, case: Case, profile: str, artifact_dir: Path | None = None):
         self.case = case
         self.profile = profile
+        self.artifact_dir = artifact_dir
         self.timings: dict[str, float] = {}
         self._values: dict[str, Any] = {}
         self._errors: dict[str, StageError] = {}
@@ -180,6 +178,60 @@ class Pipeline:
             lambda: self.case.output(self.export_adapter(mode, sample_name)(*export.args(sample))).detach(),
         )
 
+    # -- export once: torch.export -> Circle -> replay ------------------------------
+    @property
+    def export_sample_name(self) -> str:
+        """The deployment profile that is exported (the first sample the case names)."""
+        assert self.case.export is not None
+        return self.case.export.samples[0]
+
+    @property
+    def exported_program(self) -> Any:
+        """torch.export of the QUANT export adapter, once per case; feeds every export check."""
+        from harness.export import export_program
+
+        name = self.export_sample_name
+        return self._stage(
+            "torch_export",
+            lambda: export_program(self.export_adapter("quant", name), self.case.export.args(self.sample(name))),
+        )
+
+    def exported_program_output(self) -> torch.Tensor:
+        sample = self.sample(self.export_sample_name)
+        return self._stage(
+            "torch_export_output",
+            lambda: self.case.output(self.exported_program.module()(*self.case.export.args(sample))).detach(),
+        )
+
+    @property
+    def circle(self) -> Any:
+        """tico's Circle conversion of the exported program (kept as a .circle artifact)."""
+        from harness.export import convert_to_circle
+
+        def compute() -> Any:
+            artifact = convert_to_circle(self.exported_program)
+            if self.artifact_dir is not None:
+                self.artifact_dir.mkdir(parents=True, exist_ok=True)
+                path = self.artifact_dir / f"{self.case.name}[{self.profile}].q.circle"
+                path.write_bytes(artifact.binary)
+                artifact.path = str(path)
+            return artifact
+
+        return self._stage("circle_convert", compute)
+
+    def circle_output(self, mode: str) -> torch.Tensor:
+        """Circle replay output ('fake_quantize' or 'native'), shaped like the torch output."""
+        from harness.export import replay_circle
+
+        sample = self.sample(self.export_sample_name)
+
+        def compute() -> torch.Tensor:
+            outputs = replay_circle(self.circle, self.case.export.args(sample), mode)
+            reference = self.export_output("quant", self.export_sample_name)
+            return torch.from_numpy(np.asarray(outputs[0])).reshape(reference.shape)
+
+        return self._stage(f"circle_replay[{mode}]", compute)
+
     # -- immutability guard -------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Cheap fingerprint of every shared artifact: tensor version counters, modes, buffers."""
@@ -216,13 +268,14 @@ class Pipeline:
 class PipelineCache:
     """Per-process memo of pipelines: one per (case, profile), shared by its checks."""
 
-    def __init__(self) -> None:
+    def __init__(self, artifact_dir: Path | None = None) -> None:
         self._pipelines: dict[tuple[str, str], Pipeline] = {}
+        self.artifact_dir = artifact_dir
 
     def get(self, case: Case, profile: str) -> Pipeline:
         key = (case.name, profile)
         if key not in self._pipelines:
-            self._pipelines[key] = Pipeline(case, profile)
+            self._pipelines[key] = Pipeline(case, profile, self.artifact_dir)
         return self._pipelines[key]
 
     def release(self, case_name: str, profile: str) -> None:

@@ -76,10 +76,10 @@ class _State:
     def __init__(self, cases_dir: Path, profiles: list[str], config: pytest.Config):
         self.cases_dir = cases_dir
         self.profiles = profiles
-        self.pipelines = PipelineCache()
         self.is_worker = hasattr(config, "workerinput")
         report_dir = config.getoption("wrapq_report_dir")
         self.report_dir = Path(report_dir) if report_dir else config.rootpath / "reports"
+        self.pipelines = PipelineCache(artifact_dir=self.report_dir / "artifacts")
         try:
             prefix = cases_dir.relative_to(config.rootpath).as_posix() + "/"
         except ValueError:
@@ -181,6 +181,10 @@ class CheckItem(pytest.Item):
         self.profile = profile
         self.check = check
         self.duplicate_of: str | None = None
+        expected = case.expected_failures.get(check.name)
+        if expected:
+            # Strict: the day the wrapper is fixed the item fails, so the expectation is removed.
+            self.add_marker(pytest.mark.xfail(reason=expected, strict=True, raises=CheckFailed))
         self._record_base = {"case": case.name, "family": case.family, "profile": profile, "check": check.name}
 
     def _record(self, **fields: Any) -> None:

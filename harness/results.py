@@ -93,7 +93,10 @@ class ResultCollector:
                 record.update(value)
         when, outcome = report.when, report.outcome
         record["duration"] = record.get("duration", 0.0) + float(getattr(report, "duration", 0.0) or 0.0)
-        if outcome == "skipped":
+        if outcome == "skipped" and hasattr(report, "wasxfail"):
+            record["outcome"] = "xfailed"
+            record["message"] = f"expected failure: {report.wasxfail}"
+        elif outcome == "skipped":
             record["outcome"] = "skipped"
             longrepr = report.longrepr
             reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)

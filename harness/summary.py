@@ -6,7 +6,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-_MARK = {"passed": "ok", "failed": "FAIL", "error": "ERR", "crashed": "CRASH", "skipped": "-", "not_run": "?"}
+_MARK = {"xfailed": "xfail", "passed": "ok", "failed": "FAIL", "error": "ERR", "crashed": "CRASH", "skipped": "-", "not_run": "?"}
 _BAD = {"failed", "error", "crashed", "not_run"}
 
 

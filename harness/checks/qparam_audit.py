@@ -1,0 +1,33 @@
+"""Every tensor-producing node of the quantized exported graph has qparams, or its op is on
+the case's allowlist with a reason. Unexplained float nodes fail, each with its source line."""
+
+from collections import Counter
+
+from harness.checks.base import Check, CheckResult, requires_capability
+
+
+def run(pipeline) -> CheckResult:
+    result = CheckResult()
+    audit = pipeline.circle.audit
+    allow = pipeline.case.qparam_allowlist
+    unexplained = [n for n in audit.missing if n["target"] not in allow]
+    result.metrics.update(
+        {
+            "quantized_nodes": audit.quantized_nodes,
+            "float_nodes": audit.float_nodes,
+            "missing_qparam": len(audit.missing),
+            "missing_allowlisted": len(audit.missing) - len(unexplained),
+            "missing_unexplained": len(unexplained),
+        }
+    )
+    result.evidence["missing"] = [dict(n, allowed_because=allow.get(n["target"])) for n in audit.missing]
+    result.evidence["by_target"] = dict(Counter(n["target"] for n in audit.missing))
+    if audit.quantized_nodes == 0:
+        result.fail("the exported graph has no quantized node at all: quantization passes saw no qparams")
+    for node in unexplained:
+        where = " | ".join(node["source"]) or "no stack trace"
+        result.fail(f"{node['role']} {node['name']} ({node['target']}, {node['users']} users) has no qparam: {where}")
+    return result
+
+
+CHECK = Check(name="qparam_audit", run=run, applies=requires_capability("export"), description=__doc__.splitlines()[0])

@@ -1,0 +1,28 @@
+"""The export adapter (eager, QUANT) vs its torch.export program: tracing must not change the
+computation. The program is exported once per case and reused by the Circle and audit checks."""
+
+from harness.checks.base import Check, CheckResult, requires_capability
+from harness.compare import compare_close
+
+
+def run(pipeline) -> CheckResult:
+    result = CheckResult()
+    name = pipeline.export_sample_name
+    atol = pipeline.case.thresholds.torch_export_atol
+    metrics, problem = compare_close(
+        f"torch.export program vs eager export adapter [{name}]",
+        pipeline.export_output("quant", name),
+        pipeline.exported_program_output(),
+        atol=atol,
+        rtol=0.0,
+    )
+    result.evidence[name] = metrics
+    if "max_abs_diff" in metrics:
+        result.metrics["max_abs_diff"] = metrics["max_abs_diff"]
+    result.metrics["graph_nodes"] = len(pipeline.exported_program.graph.nodes)
+    if problem:
+        result.fail(problem)
+    return result
+
+
+CHECK = Check(name="torch_export", run=run, applies=requires_capability("export"), description=__doc__.splitlines()[0])

@@ -1,0 +1,102 @@
+"""Export stages' mechanics: torch.export, tico's Circle conversion (with the quantized
+program captured for the qparam audit), and Circle replay in tico's reference runtime."""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from harness.qparam_audit import AuditResult, audit_exported_program
+
+
+@dataclass
+class CircleArtifact:
+    binary: bytes
+    audit: AuditResult
+    path: str | None = None
+    output_scales: list[tuple[float, ...]] = field(default_factory=list)
+    input_quantization: list[tuple[tuple[float, ...], tuple[int, ...], str] | None] = field(default_factory=list)
+
+
+def export_program(adapter: torch.nn.Module, args: tuple) -> Any:
+    """torch.export exactly as tico.convert does it (strict tracing, no dynamic shapes)."""
+    with torch.no_grad():
+        return torch.export.export(adapter, args, strict=True)
+
+
+@contextmanager
+def _capture_quantized_program() -> Iterator[dict[str, Any]]:
+    """tico runs its quantization passes on a program it creates internally, then calls
+    check_missing_qparam on it: intercept that call to audit the very same graph."""
+    import tico.utils.convert as convert_module
+
+    captured: dict[str, Any] = {}
+    original = convert_module.check_missing_qparam
+
+    def capture(program: Any, **kwargs: Any) -> None:
+        captured["program"] = program
+        captured["ignored"] = kwargs.get("ignore_targets") or set()
+
+    convert_module.check_missing_qparam = capture
+    try:
+        yield captured
+    finally:
+        convert_module.check_missing_qparam = original
+
+
+def convert_to_circle(program: Any) -> CircleArtifact:
+    """Convert a private copy (tico's passes mutate the program they are given)."""
+    from tico.circle.runtime.executor import CircleReferenceRuntime
+    from tico.utils.convert import convert_exported_module_to_circle
+
+    with _capture_quantized_program() as captured, torch.no_grad():
+        binary = convert_exported_module_to_circle(copy.deepcopy(program))
+    audit = audit_exported_program(captured["program"]) if "program" in captured else AuditResult()
+    artifact = CircleArtifact(binary=binary, audit=audit)
+    runtime_program = CircleReferenceRuntime(binary).program
+    for index in runtime_program.outputs:
+        q = runtime_program.tensor(index).quantization
+        artifact.output_scales.append(tuple(q.scale) if q is not None else ())
+    for index in runtime_program.inputs:
+        tensor = runtime_program.tensor(index)
+        q = tensor.quantization
+        artifact.input_quantization.append(
+            (tuple(q.scale), tuple(q.zero_point), str(tensor.dtype)) if tensor.is_quantized_integer and q else None
+        )
+    return artifact
+
+
+def replay_circle(artifact: CircleArtifact, args: tuple, mode: str) -> list[np.ndarray]:
+    """Run the Circle model on float inputs. 'fake_quantize' takes floats as they are;
+    'native' quantizes each quantized input with its serialized qparams first and returns
+    outputs dequantized, so both modes compare against the same float reference."""
+    from tico.circle.runtime.executor import CircleReferenceRuntime
+    from tico.circle.runtime.kernels.base import ExecutionMode
+
+    runtime = CircleReferenceRuntime(artifact.binary)
+    arrays = [a.detach().cpu().numpy() for a in args]
+    if mode == "fake_quantize":
+        return list(runtime.run(arrays, mode=ExecutionMode.FAKE_QUANTIZE).outputs)
+    native_inputs = []
+    for array, quant in zip(arrays, artifact.input_quantization):
+        if quant is None:
+            native_inputs.append(array)
+            continue
+        scale, zero_point, dtype = quant
+        info = np.iinfo(np.dtype(dtype))
+        q = np.clip(np.round(array / scale[0]) + zero_point[0], info.min, info.max)
+        native_inputs.append(q.astype(np.dtype(dtype)))
+    outputs = []
+    program = runtime.program
+    for value, index in zip(runtime.run(native_inputs, mode=ExecutionMode.NATIVE).outputs, program.outputs):
+        tensor = program.tensor(index)
+        q = tensor.quantization
+        if tensor.is_quantized_integer and q is not None:
+            value = (value.astype(np.float64) - q.zero_point[0]) * q.scale[0]
+        outputs.append(np.asarray(value, dtype=np.float32))
+    return outputs

@@ -1,0 +1,99 @@
+"""Missing-qparam audit of an exported graph, written here so it reports what reviewers need
+(op, target, users, source stack trace) and stays independent of tico's own checker.
+
+It walks the program tico's quantization passes produced (captured during Circle conversion),
+with the same notion of "tensor-producing node" tico uses: call_function and placeholder nodes
+whose metadata holds a tensor, plus graph outputs; cached scale/zero-point buffers excluded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# tico attaches qparams to split_with_sizes' getitem users, not to the split itself.
+DEFAULT_IGNORED_TARGETS = ("aten.split_with_sizes.default",)
+
+
+def target_name(node: torch.fx.Node) -> str:
+    """'aten.permute.default' for ATen ops, the function name (e.g. 'getitem') otherwise."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    return getattr(target, "__name__", str(target))
+
+
+def _is_tensor_node(node: torch.fx.Node) -> bool:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return True
+    if isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val):
+        return True
+    return "tensor_meta" in node.meta
+
+
+def _is_qparam_buffer(node: torch.fx.Node) -> bool:
+    return node.name.endswith("_cached_scale") or node.name.endswith("_cached_zp")
+
+
+def _source_lines(stack_trace: str | None) -> list[str]:
+    """The innermost frame (File ..., line N + its code): the line that created the node."""
+    if not stack_trace:
+        return []
+    lines = [line.strip() for line in stack_trace.splitlines() if line.strip() and set(line.strip()) - set("^~ ")]
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("File "):
+            return lines[i : i + 2]
+    return lines[-1:]
+
+
+@dataclass
+class AuditResult:
+    quantized_nodes: int = 0
+    float_nodes: int = 0
+    missing: list[dict[str, Any]] = field(default_factory=list)
+
+
+def audit_exported_program(program: Any, ignored_targets: tuple[str, ...] = DEFAULT_IGNORED_TARGETS) -> AuditResult:
+    from tico.serialize.quant_param import QPARAM_KEY
+
+    result = AuditResult()
+    graph = program.graph_module.graph
+    seen: set[str] = set()
+
+    def record(node: torch.fx.Node, role: str) -> None:
+        if node.name in seen:
+            return
+        seen.add(node.name)
+        result.missing.append(
+            {
+                "name": node.name,
+                "op": node.op,
+                "target": target_name(node),
+                "role": role,
+                "users": len(node.users),
+                "stack_trace": (node.meta.get("stack_trace") or "").strip(),
+                "source": _source_lines(node.meta.get("stack_trace")),
+            }
+        )
+
+    for node in graph.nodes:
+        if node.op in ("call_function", "placeholder"):
+            if node.op == "call_function" and target_name(node) in ignored_targets:
+                continue
+            if _is_qparam_buffer(node) or not _is_tensor_node(node):
+                continue
+            if QPARAM_KEY in node.meta:
+                result.quantized_nodes += 1
+            else:
+                result.float_nodes += 1
+                record(node, "node")
+        elif node.op == "output":
+            flat, _ = torch.utils._pytree.tree_flatten(node.args[0])
+            for out in flat:
+                if isinstance(out, torch.fx.Node) and not _is_qparam_buffer(out) and _is_tensor_node(out):
+                    if QPARAM_KEY not in out.meta:
+                        record(out, "graph output")
+    return result
