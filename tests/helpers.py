@@ -5,9 +5,16 @@ from __future__ import annotations
 from harness.case import Case
 from harness.checks import all_checks
 from harness.checks.base import CheckResult
-from harness.pipeline import Pipeline
+from harness.pipeline import Pipeline, PipelineCache
 
 CHECKS = {check.name: check for check in all_checks()}
+_CLEAN = PipelineCache()
+
+
+def run_clean_check(case: Case, check_name: str, profile: str = "tiny") -> CheckResult:
+    """Like run_check, but shares one pipeline per case across tests (clean tico only:
+    never call it while a defect is monkeypatched in)."""
+    return CHECKS[check_name].run(_CLEAN.get(case, profile))
 
 
 def run_check(case: Case, check_name: str, profile: str = "tiny") -> CheckResult:

@@ -10,7 +10,7 @@ from tico.quantization.wrapq.wrappers.qwen_vl.quant_vision_model import QuantQwe
 
 from cases.gemma4 import VISION_ENCODER
 from cases.qwen3_vl import VISION_MODEL
-from tests.helpers import problems_text, run_check
+from tests.helpers import problems_text, run_check, run_clean_check
 
 GEMMA_CHECKS = ["noquant_parity", "quant_accuracy", "dynamic_vs_export", "rotary_parity", "mask_fill"]
 QWEN_CHECKS = ["noquant_parity", "quant_accuracy", "dynamic_vs_export", "rotary_parity"]
@@ -18,13 +18,13 @@ QWEN_CHECKS = ["noquant_parity", "quant_accuracy", "dynamic_vs_export", "rotary_
 
 @pytest.mark.parametrize("check", GEMMA_CHECKS)
 def test_clean_gemma4_encoder_passes(check):
-    result = run_check(VISION_ENCODER, check)
+    result = run_clean_check(VISION_ENCODER, check)
     assert result.passed, problems_text(result)
 
 
 @pytest.mark.parametrize("check", QWEN_CHECKS)
 def test_clean_qwen3_vl_vision_passes(check):
-    result = run_check(VISION_MODEL, check)
+    result = run_clean_check(VISION_MODEL, check)
     assert result.passed, problems_text(result)
 
 

@@ -8,6 +8,14 @@ import textwrap
 
 import pytest
 
+from harness import Case
+from harness.checks import all_checks
+
+N_CHECKS = len(all_checks())
+# Checks that need no capability: what a plain nn.Linear case (no export/rotary/mask) runs.
+_PLAIN = Case(name="plain", family="nn", build=lambda profile: None)
+LINEAR_APPLICABLE = sum(1 for check in all_checks() if check.applies(_PLAIN) is None)
+
 TOY_CASES = '''
 import torch
 from harness import Built, Case, CaseInputs, Sample, Thresholds
@@ -60,7 +68,7 @@ def test_collection_ids_are_readable(project):
 
 def test_skip_reasons_and_results_json(project):
     result = project.runpytest_subprocess("-rs")
-    result.assert_outcomes(passed=2, skipped=13)
+    result.assert_outcomes(passed=LINEAR_APPLICABLE, skipped=3 * N_CHECKS - LINEAR_APPLICABLE)
     out = result.stdout.str()
     assert "not applicable: case 'toy_linear' declares no export capability" in out
     assert "case unavailable: requires transformers>=99.0, found" in out
@@ -75,15 +83,16 @@ def test_skip_reasons_and_results_json(project):
     skipped = by_id["cases/toy.py::toy_missing[tiny]::noquant_parity"]
     assert skipped["outcome"] == "skipped" and "no_such_module_xyz" in skipped["message"]
     assert doc["run"]["versions"]["tico"] == "0.3.0"
-    assert doc["run"]["counts"] == {"passed": 2, "skipped": 13}
+    assert doc["run"]["counts"] == {"passed": LINEAR_APPLICABLE, "skipped": 3 * N_CHECKS - LINEAR_APPLICABLE}
 
 
 def test_xdist_results_are_merged_on_the_controller(project):
     result = project.runpytest_subprocess("-n", "2", "--profile", "tiny", "--profile", "wide")
-    result.assert_outcomes(passed=4, skipped=16)
+    # toy_linear runs in both profiles; the two unavailable cases list only "tiny".
+    result.assert_outcomes(passed=2 * LINEAR_APPLICABLE, skipped=2 * (N_CHECKS - LINEAR_APPLICABLE) + 2 * N_CHECKS)
     assert "loadscope" in result.stdout.str() or "created: 2/2 workers" in result.stdout.str()
     doc = _results(project)
-    assert len(doc["results"]) == 20
+    assert len(doc["results"]) == 4 * N_CHECKS
     outcomes = {r["nodeid"]: r["outcome"] for r in doc["results"]}
     assert outcomes["cases/toy.py::toy_linear[wide]::quant_accuracy"] == "passed"
     assert all(r.get("family") == "nn" for r in doc["results"])
@@ -140,7 +149,10 @@ def test_crashing_wrapper_names_the_stage(project):
         )
     )
     result = project.runpytest_subprocess("-k", "crashy or (toy_linear and tiny)")
-    result.assert_outcomes(passed=2, failed=2, skipped=6)
+    crashy_applicable = LINEAR_APPLICABLE
+    result.assert_outcomes(
+        passed=LINEAR_APPLICABLE, failed=crashy_applicable, skipped=2 * (N_CHECKS - LINEAR_APPLICABLE)
+    )
     assert "crashy[tiny]: stage 'reference' failed: RuntimeError: reference builder exploded" in result.stdout.str()
     by_case = [r for r in _results(project)["results"] if r["case"] == "crashy" and r["outcome"] == "failed"]
     assert {r["stage_error"]["stage"] for r in by_case} == {"reference"}

@@ -1,0 +1,170 @@
+"""Seeded defects for the export-fidelity and audit checks: each fails its check with a clear
+message, and each check passes on clean tico (see also test_check_defects.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from tico.quantization.wrapq.wrappers.gemma4.quant_vision_encoder import QuantGemma4VisionEncoder
+
+from cases.gemma4 import VISION_ENCODER, VISION_ENCODER_PADDED_CALIB
+from cases.qwen3_vl import VISION_MODEL
+from tests.helpers import problems_text, run_check, run_clean_check
+
+EXPORT_CHECKS = ["torch_export", "circle_replay", "qparam_audit", "calibration_coverage"]
+
+
+@pytest.mark.parametrize("check", EXPORT_CHECKS)
+@pytest.mark.parametrize("case", [VISION_ENCODER, VISION_MODEL], ids=lambda c: c.name)
+def test_clean_cases_pass_export_checks(case, check):
+    result = run_clean_check(case, check)
+    assert result.passed, problems_text(result)
+
+
+def test_clean_results_carry_the_numbers_reviewers_asked_for():
+    replay = run_clean_check(VISION_ENCODER, "circle_replay")
+    # The known tico 0.3.0 gap for the Gemma4 encoder: about 3 / 0.5 output quantization steps.
+    assert 2.5 < replay.metrics["fake_quantize_max_steps"] < 3.5
+    assert 0.3 < replay.metrics["fake_quantize_mean_steps"] < 0.75
+    assert replay.metrics["fake_quantize_max_abs_diff"] == pytest.approx(0.126, abs=0.002)
+    assert replay.metrics["native_supported"] is False
+    assert any("NATIVE replay not run" in note for note in replay.notes)
+    audit = run_clean_check(VISION_ENCODER, "qparam_audit")
+    assert audit.metrics["quantized_nodes"] > 100 and audit.metrics["missing_qparam"] == 0
+
+
+def test_qparam_audit_agrees_with_tico_checker():
+    """Our walker and tico's check_missing_qparam judge the same captured graph alike."""
+    from tico.quantization.wrapq.utils.check_missing_qparam import check_missing_qparam
+
+    from harness.export import _capture_quantized_program
+    from harness.pipeline import Pipeline
+    from tico.utils.convert import convert_exported_module_to_circle
+    import copy
+
+    pipeline = Pipeline(VISION_ENCODER, "tiny")
+    with _capture_quantized_program() as captured:
+        convert_exported_module_to_circle(copy.deepcopy(pipeline.exported_program))
+    check_missing_qparam(captured["program"], strict=True, ignore_targets=captured["ignored"])  # raises if any
+    assert pipeline.circle.audit.missing == []
+
+
+def test_torch_export_catches_export_only_branch(monkeypatch):
+    """A wrapper that takes a different path while being exported (export-only code)."""
+    original = QuantGemma4VisionEncoder.forward_export
+
+    def export_only_branch(self, inputs_embeds):
+        out = original(self, inputs_embeds)
+        return out * 1.01 if torch.compiler.is_exporting() else out
+
+    monkeypatch.setattr(QuantGemma4VisionEncoder, "forward_export", export_only_branch)
+    result = run_check(VISION_ENCODER, "torch_export")
+    assert "torch.export program vs eager export adapter [default]: not close (atol=0" in problems_text(result)
+
+
+def test_circle_replay_catches_serialized_zero_point_off_by_one(monkeypatch):
+    import tico.serialize.circle_graph as circle_graph
+
+    original = circle_graph.to_circle_qparam
+
+    def off_by_one(qparam):
+        out = original(qparam)
+        if qparam.zero_point is not None and qparam.dtype == "uint8":
+            out.zeroPoint = [min(255, z + 1) for z in qparam.zero_point]
+        return out
+
+    monkeypatch.setattr(circle_graph, "to_circle_qparam", off_by_one)
+    result = run_check(VISION_ENCODER, "circle_replay")
+    text = problems_text(result)
+    assert "Circle FAKE_QUANTIZE mean |diff| in steps" in text and "exceeds threshold 0.75" in text
+
+
+def test_qparam_audit_catches_lost_propagation_with_source_lines(monkeypatch):
+    """Reproduces the seed PR's situation: structural ops left without qparams."""
+    from tico.quantization.passes.propagate_qparam_forward import PropagateQParamForward
+    from tico.utils.passes import PassResult
+
+    monkeypatch.setattr(PropagateQParamForward, "call", lambda self, ep: PassResult(False))
+    result = run_check(VISION_ENCODER, "qparam_audit")
+    assert result.metrics["missing_unexplained"] > 20
+    text = problems_text(result)
+    assert "node getitem (getitem, 2 users) has no qparam: File" in text
+    assert "quant_vision_attention.py" in text and "torch.split(tensor, split_sizes, dim=-1)" in text
+    assert result.evidence["by_target"]["aten.permute.default"] >= 1
+    # An explicit allowlist with a reason turns those nodes into explained ones.
+    allow = {t: "structural op, qparam lost on purpose in this test" for t in result.evidence["by_target"]}
+    allowed = run_check(dataclasses.replace(VISION_ENCODER, qparam_allowlist=allow), "qparam_audit")
+    assert allowed.passed and allowed.metrics["missing_allowlisted"] == result.metrics["missing_qparam"]
+
+
+def test_calibration_coverage_catches_observer_never_fed(monkeypatch):
+    original = QuantGemma4VisionEncoder._fq
+
+    def skip_sin_in_calib(self, x, obs):
+        if obs is self.obs_position_sin and self._mode.name == "CALIB":
+            return x
+        return original(self, x, obs)
+
+    monkeypatch.setattr(QuantGemma4VisionEncoder, "_fq", skip_sin_in_calib)
+    result = run_check(VISION_ENCODER, "calibration_coverage")
+    assert "observer obs_position_sin (MinMaxObserver): never fed: observed min/max are not finite" in problems_text(result)
+
+
+def test_calibration_coverage_catches_zero_scale(monkeypatch):
+    original = QuantGemma4VisionEncoder.freeze_qparams
+
+    def zero_scale(self):
+        original(self)
+        obs = self.obs_act_in
+        obs.load_qparams(torch.zeros_like(obs._cached_scale), obs._cached_zp)
+
+    monkeypatch.setattr(QuantGemma4VisionEncoder, "freeze_qparams", zero_scale)
+    result = run_check(VISION_ENCODER, "calibration_coverage")
+    assert "observer obs_act_in (MinMaxObserver): scale is zero or negative" in problems_text(result)
+
+
+def test_calibration_coverage_needs_reasons_for_dead_observers():
+    result = run_check(dataclasses.replace(VISION_MODEL, unused_observers={}), "calibration_coverage")
+    text = problems_text(result)
+    assert "blocks.0.wrapped.attn.wrapped.obs_scaling" in text and "obs_mul_logits_scale" in text
+
+
+def test_mask_quant_catches_calibration_without_padding():
+    """The TICO-like calibration (no padding) turns the -120 fill into 0 in QUANT mode."""
+    result = run_check(VISION_ENCODER, "mask_quant")
+    text = problems_text(result)
+    assert "QUANT mask [dynamic:padded]: fill value -120.0 became 0 after fake-quant" in text
+    assert "padding leaks into attention" in text
+    clean = run_check(VISION_ENCODER_PADDED_CALIB, "mask_quant")
+    assert clean.passed, problems_text(clean)
+
+
+def test_mask_quant_catches_saturating_observer(monkeypatch):
+    """A mask observer whose range stops at -10 (e.g. a clipped percentile) saturates the
+    -120 fill: masked keys keep exp(-10) ~ 4.5e-5 of the weight."""
+    original = QuantGemma4VisionEncoder.freeze_qparams
+
+    def clipped_range(self):
+        original(self)
+        obs = self.obs_attention_mask
+        obs.load_qparams(torch.tensor([10.0 / 255]), torch.tensor([255], dtype=torch.int))
+
+    monkeypatch.setattr(QuantGemma4VisionEncoder, "freeze_qparams", clipped_range)
+    result = run_check(VISION_ENCODER_PADDED_CALIB, "mask_quant")
+    text = problems_text(result)
+    assert "fill value -120.0 became -10 after fake-quant (observer clamps it)" in text
+    assert "a masked key keeps softmax weight" in text
+
+
+def test_mask_quant_catches_infinite_fill():
+    """fill -inf: the mask observer calibrates on -inf, so its qparams and the QUANT mask break."""
+    from tico.quantization.config.ptq import PTQConfig
+
+    case = dataclasses.replace(
+        VISION_ENCODER_PADDED_CALIB, ptq_config=lambda profile: PTQConfig(attention_mask_fill_value=float("-inf"))
+    )
+    text = problems_text(run_check(case, "mask_quant"))
+    assert "QUANT mask [dynamic:padded]: has" in text and "NaN" in text
+    assert "mask [dynamic:padded]: has" in problems_text(run_check(case, "mask_fill"))
