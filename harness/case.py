@@ -92,6 +92,19 @@ class Thresholds:
 
 
 @dataclass(frozen=True)
+class GoldenTolerance:
+    """Golden comparison limits. Step-quantized tensors: at most ``max_steps`` anywhere, and
+    at most ``max_changed_fraction`` of elements (never fewer than ``min_changed_allowed``)
+    changed at all. Other tensors: atol/rtol."""
+
+    max_steps: float = 1.0
+    max_changed_fraction: float = 0.001
+    min_changed_allowed: int = 1
+    atol: float = 1e-6
+    rtol: float = 1e-6
+
+
+@dataclass(frozen=True)
 class ExportCapability:
     """How to obtain the static export adapter for one evaluation sample.
 
@@ -180,6 +193,7 @@ class Case:
     profiles: tuple[str, ...] = ("tiny",)
     seed: int = 0
     thresholds: Thresholds = Thresholds()
+    golden_tolerance: GoldenTolerance = GoldenTolerance()
     ptq_config: Callable[[str], Any] = default_ptq_config
     output: Callable[[Any], torch.Tensor] = first_tensor
     requires: tuple[str, ...] = ()
@@ -214,6 +228,8 @@ class Case:
             raise CaseDefinitionError(name, "profiles", "must be a non-empty tuple of profile names")
         if not isinstance(self.seed, int):
             raise CaseDefinitionError(name, "seed", f"must be int, got {type(self.seed).__name__}")
+        if not isinstance(self.golden_tolerance, GoldenTolerance):
+            raise CaseDefinitionError(name, "golden_tolerance", f"must be GoldenTolerance, got {type(self.golden_tolerance).__name__}")
         if not isinstance(self.thresholds, Thresholds):
             raise CaseDefinitionError(name, "thresholds", f"must be Thresholds, got {type(self.thresholds).__name__}")
         for f in fields(Thresholds):

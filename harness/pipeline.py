@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,13 +56,24 @@ def unwrap(root: torch.nn.Module) -> torch.nn.Module:
     return getattr(root, "wrapped", root)
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """Session options checks may need (where goldens live, whether to rewrite them)."""
+
+    golden_dir: Path = Path("golden")
+    update_golden: bool = False
+
+
 class Pipeline:
     """Artifacts of one (case, profile). Construct via ``PipelineCache.get``."""
 
-    def __init__(self, case: Case, profile: str, artifact_dir: Path | None = None):
+    def __init__(self, case: Case, profile: str, artifact_dir: Path | None = None, settings: RunSettings | None = None):
         self.case = case
         self.profile = profile
         self.artifact_dir = artifact_dir
+        self.settings = settings or RunSettings()
+        # pytest node id of this (case, profile), set by the plugin; used in printed commands.
+        self.nodeid = f"{case.name}[{profile}]"
         self.timings: dict[str, float] = {}
         self._values: dict[str, Any] = {}
         self._errors: dict[str, StageError] = {}
@@ -268,14 +280,15 @@ class Pipeline:
 class PipelineCache:
     """Per-process memo of pipelines: one per (case, profile), shared by its checks."""
 
-    def __init__(self, artifact_dir: Path | None = None) -> None:
+    def __init__(self, artifact_dir: Path | None = None, settings: RunSettings | None = None) -> None:
         self._pipelines: dict[tuple[str, str], Pipeline] = {}
         self.artifact_dir = artifact_dir
+        self.settings = settings or RunSettings()
 
     def get(self, case: Case, profile: str) -> Pipeline:
         key = (case.name, profile)
         if key not in self._pipelines:
-            self._pipelines[key] = Pipeline(case, profile, self.artifact_dir)
+            self._pipelines[key] = Pipeline(case, profile, self.artifact_dir, self.settings)
         return self._pipelines[key]
 
     def release(self, case_name: str, profile: str) -> None:

@@ -20,7 +20,7 @@ import pytest
 from harness.case import Case, CaseDefinitionError
 from harness.checks import all_checks
 from harness.checks.base import Check, CheckResult
-from harness.pipeline import PipelineCache, StageError
+from harness.pipeline import PipelineCache, RunSettings, StageError
 from harness.results import RESULT_PROPERTY, ResultCollector, jsonable
 
 DEFAULT_PROFILE = "tiny"
@@ -48,6 +48,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=1,
         help="torch intra-op threads per process (default 1: xdist workers must not oversubscribe cores, "
         "and a fixed count keeps numerics identical between -n 1 and -n auto)",
+    )
+    group.addoption(
+        "--update-golden",
+        dest="wrapq_update_golden",
+        action="store_true",
+        help="rewrite golden tensors for the selected cases instead of comparing (the only way goldens change)",
+    )
+    group.addoption(
+        "--golden-dir",
+        dest="wrapq_golden_dir",
+        default=None,
+        help="where golden tensors live (default: <rootdir>/golden)",
     )
     parser.addini("wrapq_cases_dir", "directory (relative to rootdir) holding case modules", default="cases")
 
@@ -79,7 +91,12 @@ class _State:
         self.is_worker = hasattr(config, "workerinput")
         report_dir = config.getoption("wrapq_report_dir")
         self.report_dir = Path(report_dir) if report_dir else config.rootpath / "reports"
-        self.pipelines = PipelineCache(artifact_dir=self.report_dir / "artifacts")
+        golden_dir = config.getoption("wrapq_golden_dir")
+        settings = RunSettings(
+            golden_dir=Path(golden_dir).resolve() if golden_dir else config.rootpath / "golden",
+            update_golden=bool(config.getoption("wrapq_update_golden")),
+        )
+        self.pipelines = PipelineCache(artifact_dir=self.report_dir / "artifacts", settings=settings)
         try:
             prefix = cases_dir.relative_to(config.rootpath).as_posix() + "/"
         except ValueError:
@@ -212,6 +229,7 @@ class CheckItem(pytest.Item):
         if self.duplicate_of:
             raise CaseDefinitionError(self.case.name, "name", f"duplicate case name, also defined in {self.duplicate_of}")
         pipeline = self.config.stash[_STATE].pipelines.get(self.case, self.profile)
+        pipeline.nodeid = self.parent.nodeid
         before = pipeline.snapshot()
         start = time.perf_counter()
         try:
