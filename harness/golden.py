@@ -264,3 +264,14 @@ def version_changes(manifest: dict[str, Any]) -> list[str]:
     now = package_versions()
     then = manifest.get("versions", {})
     return [f"{k} {then.get(k)} -> {now.get(k)}" for k in sorted(set(now) | set(then)) if then.get(k) != now.get(k)]
+
+
+def golden_set_id(golden_dir: Path) -> str | None:
+    """Identity of the committed golden set (hash of every manifest), for merge safety."""
+    manifests = sorted(golden_dir.glob("*.json")) if golden_dir.is_dir() else []
+    if not manifests:
+        return None
+    h = hashlib.sha256()
+    for path in manifests:
+        h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()[:16]

@@ -86,3 +86,26 @@ def select_valid(t: torch.Tensor, valid_tokens: torch.Tensor | None) -> torch.Te
     if tuple(t.shape[: valid.dim()]) != tuple(valid.shape):
         raise ValueError(f"valid_tokens shape {tuple(valid.shape)} does not lead output shape {tuple(t.shape)}")
     return t[valid]
+
+
+def scatter_sample(reference: torch.Tensor, candidate: torch.Tensor, max_points: int = 400) -> list[list[float]]:
+    """Evenly spaced (reference, candidate) pairs for a fp-vs-quant plot: deterministic, small."""
+    ref, cand = as_float(reference).flatten(), as_float(candidate).flatten()
+    n = ref.numel()
+    if n == 0:
+        return []
+    idx = torch.linspace(0, n - 1, steps=min(n, max_points)).round().long().unique()
+    return [[float(r), float(c)] for r, c in zip(ref[idx], cand[idx])]
+
+
+def error_histogram(reference: torch.Tensor, candidate: torch.Tensor, bins: int = 30) -> dict[str, list[float]]:
+    """Histogram of signed error (candidate - reference) over every element."""
+    err = (as_float(candidate) - as_float(reference)).flatten()
+    if err.numel() == 0:
+        return {"edges": [], "counts": []}
+    lo, hi = float(err.min()), float(err.max())
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    counts = torch.histc(err, bins=bins, min=lo, max=hi)
+    edges = torch.linspace(lo, hi, bins + 1)
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}

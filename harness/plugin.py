@@ -50,6 +50,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "and a fixed count keeps numerics identical between -n 1 and -n auto)",
     )
     group.addoption(
+        "--history",
+        dest="wrapq_history",
+        nargs="?",
+        const="reports/history.sqlite",
+        default=None,
+        help="append this run to a SQLite history database (default path reports/history.sqlite)",
+    )
+    group.addoption(
         "--update-golden",
         dest="wrapq_update_golden",
         action="store_true",
@@ -97,6 +105,9 @@ class _State:
             update_golden=bool(config.getoption("wrapq_update_golden")),
         )
         self.pipelines = PipelineCache(artifact_dir=self.report_dir / "artifacts", settings=settings)
+        self.shard_label: str | None = None
+        history = config.getoption("wrapq_history")
+        self.history_path = (config.rootpath / history) if history else None
         try:
             prefix = cases_dir.relative_to(config.rootpath).as_posix() + "/"
         except ValueError:
@@ -117,7 +128,18 @@ class _State:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker or session.config.option.collectonly:
             return
-        self.collector.write(self.report_dir / "results.json", exitstatus=int(exitstatus), profiles=self.profiles)
+        from harness.golden import golden_set_id
+        from harness.report.html import write_report
+
+        extra = {"golden_set": golden_set_id(self.pipelines.settings.golden_dir), "shard": self.shard_label}
+        doc = self.collector.write(
+            self.report_dir / "results.json", exitstatus=int(exitstatus), profiles=self.profiles, extra=extra
+        )
+        write_report(doc, self.report_dir / "report.html")
+        if self.history_path is not None:
+            from harness.report.history import append_run
+
+            append_run(self.history_path, doc)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         if self.is_worker or config.option.collectonly or not self.collector.records:
@@ -126,7 +148,7 @@ class _State:
 
         terminalreporter.section("wrapq summary")
         terminalreporter.write_line(render_summary_table(self.collector.records))
-        terminalreporter.write_line(f"results: {self.report_dir / 'results.json'}")
+        terminalreporter.write_line(f"results: {self.report_dir / 'results.json'}  report: {self.report_dir / 'report.html'}")
 
 
 _STATE = pytest.StashKey[_State]()

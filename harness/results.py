@@ -124,7 +124,7 @@ class ResultCollector:
             "metrics": {},
         }
 
-    def write(self, path: Path, *, exitstatus: int, profiles: list[str]) -> dict[str, Any]:
+    def write(self, path: Path, *, exitstatus: int, profiles: list[str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         for record in self.records.values():
             if record["outcome"] == "pending":  # e.g. interrupted before the call phase
                 record["outcome"] = "not_run"
@@ -142,6 +142,7 @@ class ResultCollector:
                 "profiles": profiles,
                 "versions": package_versions(),
                 "counts": counts,
+                **(extra or {}),
             },
             "results": [jsonable(self.records[k]) for k in sorted(self.records)],
         }

@@ -31,8 +31,8 @@ def render_summary_table(records: dict[str, dict[str, Any]]) -> str:
         row["checks"][check] = _MARK.get(rec["outcome"], rec["outcome"])
         row["bad"] |= rec["outcome"] in _BAD
         row["seconds"] += float(rec.get("duration") or 0.0)
-        if check == "quant_accuracy":
-            row["metrics"] = rec.get("metrics") or {}
+        if check in ("quant_accuracy", "circle_replay", "qparam_audit"):
+            row["metrics"].update(rec.get("metrics") or {})
     checks.sort(key=lambda c: (c == "<definition>", c))
     table = []
     for (case, profile), row in sorted(rows.items(), key=lambda kv: (not kv[1]["bad"], kv[0])):
@@ -41,7 +41,7 @@ def render_summary_table(records: dict[str, dict[str, Any]]) -> str:
             [case, profile]
             + [row["checks"].get(c, "") for c in checks]
             + [_fmt(m.get("peir")), _fmt(m.get("mean_abs_diff")), _fmt(m.get("max_abs_diff")), _fmt(m.get("sqnr_db")),
-               f"{row['seconds']:.1f}"]
+               _fmt(m.get("fake_quantize_max_steps")), _fmt(m.get("missing_qparam")), f"{row['seconds']:.1f}"]
         )
-    headers = ["case", "profile"] + checks + ["PEIR", "mean|d|", "max|d|", "SQNR dB", "time s"]
+    headers = ["case", "profile"] + checks + ["PEIR", "mean|d|", "max|d|", "SQNR dB", "Circle steps", "no-qparam", "time s"]
     return tabulate(table, headers=headers, tablefmt="simple")

@@ -4,13 +4,16 @@ Gates shape, finiteness, mean/max |diff|, PEIR and SQNR on the default evaluatio
 other samples (e.g. padded) are measured on valid positions and gated by the same limits,
 unless the case names them in ``ungated_samples`` with a reason (recorded as a note)."""
 
+import dataclasses
+
 from harness.checks.base import Check, CheckResult
-from harness.metrics import NonFiniteError, accuracy_metrics, select_valid
+from harness.metrics import NonFiniteError, accuracy_metrics, error_histogram, scatter_sample, select_valid
 
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
     th = pipeline.case.thresholds
+    result.evidence["thresholds"] = dataclasses.asdict(th)
     for name, sample in pipeline.built.inputs.evaluation.items():
         ref = pipeline.output("reference", name)
         quant = pipeline.output("quant", name)
@@ -18,12 +21,15 @@ def run(pipeline) -> CheckResult:
         if tuple(ref.shape) != tuple(quant.shape):
             result.fail(f"[{name}] quantized output shape {tuple(quant.shape)} != reference {tuple(ref.shape)}")
             continue
+        ref_valid, quant_valid = select_valid(ref, sample.valid_tokens), select_valid(quant, sample.valid_tokens)
         try:
-            metrics = accuracy_metrics(select_valid(ref, sample.valid_tokens), select_valid(quant, sample.valid_tokens))
+            metrics = accuracy_metrics(ref_valid, quant_valid)
         except NonFiniteError as exc:
             result.fail(f"[{name}] {exc}")
             continue
-        result.evidence[name] = metrics
+        result.evidence[name] = dict(
+            metrics, scatter=scatter_sample(ref_valid, quant_valid), error_histogram=error_histogram(ref_valid, quant_valid)
+        )
         for key, value in metrics.items():
             result.metrics[key + suffix] = value
         if name in pipeline.case.ungated_samples:

@@ -1,0 +1,2 @@
+"""Report views rendered from results.json: terminal summary, HTML report, shard merge,
+history database and trend dashboard."""

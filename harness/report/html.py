@@ -1,0 +1,80 @@
+"""Self-contained HTML report (inline CSS, SVG and a few lines of JS; no network), rendered
+with jinja2 autoescaping from results.json alone -- the same file CI keeps as an artifact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from harness.report import svg
+from harness.results import atomic_write_text
+
+# Worst first: a case's status is the worst outcome among its checks.
+STATUS_ORDER = ["crashed", "error", "failed", "not_run", "pending", "xfailed", "passed", "skipped"]
+
+
+def _worst(outcomes: list[str]) -> str:
+    return min(outcomes, key=lambda o: STATUS_ORDER.index(o) if o in STATUS_ORDER else 0) if outcomes else "not_run"
+
+
+def case_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (case, profile) with its checks, headline metrics and rerun command."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for rec in doc.get("results", []):
+        key = (rec.get("case") or rec["nodeid"], rec.get("profile") or "")
+        row = rows.setdefault(key, {
+            "case": key[0], "profile": key[1], "family": rec.get("family") or "?", "checks": {},
+            "file": rec["nodeid"].split("::")[0], "seconds": 0.0, "timings": {},
+        })
+        row["checks"][rec.get("check") or "<definition>"] = rec
+        row["seconds"] += float(rec.get("duration") or 0.0)
+        for stage, secs in (rec.get("stage_timings") or {}).items():
+            row["timings"][stage] = max(row["timings"].get(stage, 0.0), float(secs))
+    out = []
+    for row in rows.values():
+        row["status"] = _worst([r["outcome"] for r in row["checks"].values()])
+        acc = row["checks"].get("quant_accuracy", {})
+        row["metrics"] = acc.get("metrics") or {}
+        row["accuracy_evidence"] = (acc.get("evidence") or {}).get("default") or {}
+        row["thresholds"] = (acc.get("evidence") or {}).get("thresholds") or {}
+        row["circle"] = row["checks"].get("circle_replay", {}).get("metrics") or {}
+        row["audit"] = row["checks"].get("qparam_audit", {})
+        base = f"{row['file']}::{row['case']}[{row['profile']}]" if row["profile"] else row["file"]
+        row["rerun"] = f"./scripts/env.sh pytest '{base}'"
+        row["anchor"] = f"{row['case']}-{row['profile']}".replace("[", "").replace("]", "")
+        out.append(row)
+    return sorted(out, key=lambda r: (STATUS_ORDER.index(r["status"]) if r["status"] in STATUS_ORDER else 0, r["case"], r["profile"]))
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = lambda v: (f"{v:.4g}" if isinstance(v, float) else ("" if v is None else v))
+    env.filters["scatter"] = lambda points: Markup(svg.scatter(points or []))
+    env.filters["histogram"] = lambda h: Markup(svg.histogram((h or {}).get("edges", []), (h or {}).get("counts", [])))
+    env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=1, sort_keys=True, default=str)
+    return env
+
+
+def render_report(doc: dict[str, Any]) -> str:
+    rows = case_rows(doc)
+    checks = sorted({name for row in rows for name in row["checks"]})
+    families = sorted({row["family"] for row in rows})
+    statuses = [s for s in STATUS_ORDER if any(row["status"] == s for row in rows)]
+    return _env().get_template("report.html.j2").render(
+        doc=doc, run=doc.get("run", {}), rows=rows, checks=checks, families=families, statuses=statuses
+    )
+
+
+def write_report(doc: dict[str, Any], path: Path) -> Path:
+    atomic_write_text(path, render_report(doc))
+    return path

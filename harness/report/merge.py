@@ -1,0 +1,78 @@
+"""Merge results.json files from CI matrix shards into one results.json and report.html.
+
+    python -m harness.report.merge shard1/results.json shard2/results.json -o reports/results.json
+
+Refuses shards of different commits or golden sets (their numbers are not comparable), and
+node ids reported by more than one shard, unless --allow-mixed is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.report.html import write_report
+from harness.results import atomic_write_text
+
+
+class MergeError(ValueError):
+    pass
+
+
+def merge(docs: list[dict[str, Any]], *, allow_mixed: bool = False) -> dict[str, Any]:
+    if not docs:
+        raise MergeError("nothing to merge")
+    runs = [d.get("run", {}) for d in docs]
+    for field in ("commit", "golden_set"):
+        values = {r.get(field) for r in runs}
+        if len(values) > 1 and not allow_mixed:
+            raise MergeError(f"shards differ in {field}: {sorted(map(str, values))}; pass --allow-mixed to merge anyway")
+    seen: dict[str, int] = {}
+    results = []
+    for i, doc in enumerate(docs):
+        for rec in doc.get("results", []):
+            if rec["nodeid"] in seen and not allow_mixed:
+                raise MergeError(f"{rec['nodeid']} appears in shard {seen[rec['nodeid']]} and shard {i}")
+            seen[rec["nodeid"]] = i
+            results.append(rec)
+    results.sort(key=lambda r: r["nodeid"])
+    counts: dict[str, int] = {}
+    for rec in results:
+        counts[rec["outcome"]] = counts.get(rec["outcome"], 0) + 1
+    first = runs[0]
+    run = dict(first)
+    run.update(
+        {
+            "started_at": min(r.get("started_at", "") for r in runs),
+            "duration_s": max(float(r.get("duration_s") or 0) for r in runs),
+            "exitstatus": max(int(r.get("exitstatus") or 0) for r in runs),
+            "counts": counts,
+            "argv": [],
+            "merged_from": [
+                {k: r.get(k) for k in ("started_at", "duration_s", "exitstatus", "argv", "counts", "shard")} for r in runs
+            ],
+        }
+    )
+    return {"schema": docs[0].get("schema"), "run": run, "results": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.report.merge", description=__doc__.splitlines()[0])
+    parser.add_argument("shards", nargs="+", type=Path)
+    parser.add_argument("-o", "--output", type=Path, default=Path("reports/results.json"))
+    parser.add_argument("--allow-mixed", action="store_true", help="merge shards of different commits/golden sets")
+    args = parser.parse_args(argv)
+    try:
+        merged = merge([json.loads(p.read_text()) for p in args.shards], allow_mixed=args.allow_mixed)
+    except MergeError as exc:
+        parser.exit(2, f"merge refused: {exc}\n")
+    atomic_write_text(args.output, json.dumps(merged, indent=2, sort_keys=True))
+    report = write_report(merged, args.output.with_name("report.html"))
+    print(f"merged {len(args.shards)} shards, {len(merged['results'])} results -> {args.output}, {report}")
+    return 1 if merged["run"]["exitstatus"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
