@@ -155,10 +155,10 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
-def write(pipeline: Pipeline, golden_dir: Path) -> dict[str, Any]:
+def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | None = None) -> dict[str, Any]:
     from safetensors.torch import save_file
 
-    tensors, steps = collect(pipeline)
+    tensors, steps = collected or collect(pipeline)
     manifest = {
         "schema": MANIFEST_SCHEMA,
         "case": pipeline.case.name,

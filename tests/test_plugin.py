@@ -36,18 +36,41 @@ CASES = [
 '''
 
 
-@pytest.fixture
-def project(pytester):
-    pytester.makeini(
-        """
-        [pytest]
-        testpaths = cases
-        wrapq_cases_dir = cases
-        addopts = -p no:cacheprovider
-        """
+INI = """
+[pytest]
+testpaths = cases
+wrapq_cases_dir = cases
+addopts = -p no:cacheprovider
+"""
+
+
+@pytest.fixture(scope="module")
+def toy_goldens(tmp_path_factory):
+    """Goldens for the toy cases, written once through the real --update-golden path."""
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("toy_goldens")
+    (root / "pytest.ini").write_text(INI)
+    (root / "cases").mkdir()
+    (root / "cases" / "__init__.py").write_text("")
+    (root / "cases" / "toy.py").write_text(textwrap.dedent(TOY_CASES))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-k", "golden", "--update-golden", "--profile", "all"],
+        cwd=root, capture_output=True, text=True, timeout=300,
     )
+    assert done.returncode == 0, done.stdout[-2000:]
+    return root / "golden"
+
+
+@pytest.fixture
+def project(pytester, toy_goldens):
+    pytester.makeini(INI)
     cases = pytester.mkpydir("cases")
     (cases / "toy.py").write_text(textwrap.dedent(TOY_CASES))
+    (pytester.path / "golden").mkdir()
+    for f in toy_goldens.glob("toy_linear.*"):
+        (pytester.path / "golden" / f.name).write_bytes(f.read_bytes())
     return pytester
 
 
@@ -96,6 +119,18 @@ def test_xdist_results_are_merged_on_the_controller(project):
     outcomes = {r["nodeid"]: r["outcome"] for r in doc["results"]}
     assert outcomes["cases/toy.py::toy_linear[wide]::quant_accuracy"] == "passed"
     assert all(r.get("family") == "nn" for r in doc["results"])
+    report = (project.path / "reports" / "report.html").read_text()
+    assert "toy_linear" in report and '<table id="overview">' in report
+
+
+def test_history_flag_appends_each_run(project):
+    for _ in range(2):
+        project.runpytest_subprocess("-k", "toy_linear and tiny and quant_accuracy", "--history")
+    import sqlite3
+
+    con = sqlite3.connect(project.path / "reports" / "history.sqlite")
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
+    assert con.execute("SELECT count(*) FROM metrics WHERE metric = 'peir'").fetchone()[0] == 2
 
 
 def test_failing_check_reports_clear_message(project):

@@ -15,8 +15,12 @@ def run(pipeline) -> CheckResult:
     settings = pipeline.settings
     case, profile = pipeline.case.name, pipeline.profile
     nodeid = f"{pipeline.nodeid}::golden"
+    # Compute first: a crashing case reports its failing stage, not a golden-file problem.
+    collected = golden.collect(pipeline)
+    current = collected[0]
+    current_hash = golden.input_hash(pipeline)
     if settings.update_golden:
-        manifest = golden.write(pipeline, settings.golden_dir)
+        manifest = golden.write(pipeline, settings.golden_dir, collected)
         result.notes.append(f"golden written: {len(manifest['tensors'])} tensors to {settings.golden_dir}")
         result.metrics["tensors"] = len(manifest["tensors"])
         return result
@@ -28,7 +32,6 @@ def run(pipeline) -> CheckResult:
     moved = golden.version_changes(manifest)
     context = f" (manifest differs: {', '.join(moved)})" if moved else ""
     result.evidence["version_changes"] = moved
-    current_hash = golden.input_hash(pipeline)
     if manifest.get("input_hash") != current_hash:
         result.metrics["stale"] = True
         result.fail(
@@ -36,7 +39,6 @@ def run(pipeline) -> CheckResult:
             f"it was written{context}; review, then regenerate with: {golden.update_command(nodeid)}"
         )
         return result
-    current, _ = golden.collect(pipeline)
     missing, added = sorted(set(stored) - set(current)), sorted(set(current) - set(stored))
     if missing or added:
         result.fail(f"golden tensor set changed: gone {missing[:5]}, new {added[:5]}{context}")
