@@ -13,16 +13,43 @@ prove a check left them as it found them.
 from __future__ import annotations
 
 import copy
+import signal
+import threading
+from contextlib import contextmanager
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
 from harness.case import Built, Case, Sample
+
+
+class StageTimeout(Exception):
+    """Raised inside a stage that ran past the per-stage time limit."""
+
+
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """SIGALRM-based limit for the main thread (pytest and xdist workers run tests there).
+    Interrupts Python-level hangs; nested limits are not supported (stages do not nest timers)."""
+    if not seconds or seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise StageTimeout(f"exceeded the per-stage limit of {seconds:g} s (--stage-timeout)")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class StageError(RuntimeError):
@@ -62,6 +89,7 @@ class RunSettings:
 
     golden_dir: Path = Path("golden")
     update_golden: bool = False
+    stage_timeout: float | None = None
 
 
 class Pipeline:
@@ -77,6 +105,7 @@ class Pipeline:
         self.timings: dict[str, float] = {}
         self._values: dict[str, Any] = {}
         self._errors: dict[str, StageError] = {}
+        self._running: list[str] = []
 
     # -- stage machinery -------------------------------------------------
     def _stage(self, name: str, compute: Callable[[], Any]) -> Any:
@@ -86,8 +115,14 @@ class Pipeline:
             raise self._errors[name]
         start = time.perf_counter()
         try:
-            with torch.no_grad():
-                value = compute()
+            # Only the outermost stage arms the timer; inner stages it computes share its budget.
+            limit = self.settings.stage_timeout if not self._running else None
+            self._running.append(name)
+            try:
+                with torch.no_grad(), time_limit(limit):
+                    value = compute()
+            finally:
+                self._running.pop()
         except StageError as upstream:
             # A dependency failed: remember it under this name too, without re-running.
             self._errors[name] = upstream
@@ -277,6 +312,17 @@ class Pipeline:
         return sorted(k for k, v in before.items() if k in after and after[k] != v)
 
 
+def warm_imports() -> None:
+    """Import tico's wrapper registry (which imports transformers) before any stage timer is
+    armed: a timeout that interrupts a half-done import would poison the registry for every
+    later case in the process."""
+    from tico.quantization import convert, prepare  # noqa: F401
+    from tico.quantization.wrapq.wrap_helper import PTQWrapHelper  # noqa: F401
+    from tico.quantization.wrapq.wrappers.registry import lookup
+
+    lookup(torch.nn.Linear)
+
+
 class PipelineCache:
     """Per-process memo of pipelines: one per (case, profile), shared by its checks."""
 
@@ -284,9 +330,13 @@ class PipelineCache:
         self._pipelines: dict[tuple[str, str], Pipeline] = {}
         self.artifact_dir = artifact_dir
         self.settings = settings or RunSettings()
+        self._warm = False
 
     def get(self, case: Case, profile: str) -> Pipeline:
         key = (case.name, profile)
+        if not self._warm:
+            warm_imports()
+            self._warm = True
         if key not in self._pipelines:
             self._pipelines[key] = Pipeline(case, profile, self.artifact_dir, self.settings)
         return self._pipelines[key]

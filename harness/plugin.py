@@ -58,6 +58,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="append this run to a SQLite history database (default path reports/history.sqlite)",
     )
     group.addoption(
+        "--stage-timeout",
+        dest="wrapq_stage_timeout",
+        type=float,
+        default=900.0,
+        help="seconds one pipeline stage may run before that case fails as hung (0 disables; default 900)",
+    )
+    group.addoption(
         "--update-golden",
         dest="wrapq_update_golden",
         action="store_true",
@@ -103,6 +110,7 @@ class _State:
         settings = RunSettings(
             golden_dir=Path(golden_dir).resolve() if golden_dir else config.rootpath / "golden",
             update_golden=bool(config.getoption("wrapq_update_golden")),
+            stage_timeout=config.getoption("wrapq_stage_timeout") or None,
         )
         self.pipelines = PipelineCache(artifact_dir=self.report_dir / "artifacts", settings=settings)
         self.shard_label: str | None = None
