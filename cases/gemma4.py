@@ -161,6 +161,7 @@ VISION_ENCODER = Case(
     description="Gemma4VisionEncoder -> QuantGemma4VisionEncoder (seed PR 1)",
     build=build_vision_encoder,
     seed=123,
+    expected_wrapper="QuantGemma4VisionEncoder",
     requires=GEMMA4_REQUIRES,
     min_versions=GEMMA4_MIN_VERSIONS,
     # Measured on the pinned stack: mean 0.0799, max 0.503, PEIR 0.0567, SQNR ~ 22 dB.
@@ -178,6 +179,11 @@ VISION_ENCODER = Case(
         adapter=_encoder_adapter,
         args=lambda sample: (sample.kwargs["inputs_embeds"],),
         samples=("default", "padded"),
+        unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module(
+            "decode", pixel_position_ids=sample.kwargs["pixel_position_ids"]
+        ),
+        # One patch more than the baked 8-patch profile.
+        contradicting_args=lambda sample, built: (torch.cat([sample.kwargs["inputs_embeds"]] * 2, dim=1)[:, :9],),
     ),
     rotary=RotaryCapability(tables=_encoder_rotary),
     mask=MaskCapability(probes=_encoder_masks),

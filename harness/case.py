@@ -116,6 +116,11 @@ class ExportCapability:
     adapter: Callable[[torch.nn.Module, Sample, Built], torch.nn.Module]
     args: Callable[[Sample], tuple]
     samples: tuple[str, ...] = ("default",)
+    # Export contract probes (optional; a missing one is reported as not checked):
+    # ask the wrapper for an export mode it does not support -- must raise;
+    unsupported_mode: Callable[[torch.nn.Module, Sample, Built], Any] | None = None
+    # positional inputs that contradict the adapter's fixed profile -- running them must raise.
+    contradicting_args: Callable[[Sample, Built], tuple] | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +216,10 @@ class Case:
     qparam_allowlist: Mapping[str, str] = field(default_factory=dict)
     # observer path pattern (fnmatch, relative to the wrapped root) -> why it is never fed.
     unused_observers: Mapping[str, str] = field(default_factory=dict)
+    # the tico wrapper class name the root module must resolve to (None: not asserted).
+    expected_wrapper: str | None = None
+    # how many observers the wrapper tree must hold (None: reported, not asserted).
+    expected_observer_count: int | None = None
 
     def __post_init__(self) -> None:
         name = self.name if isinstance(self.name, str) else repr(self.name)
