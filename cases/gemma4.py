@@ -162,6 +162,7 @@ VISION_ENCODER = Case(
     build=build_vision_encoder,
     seed=123,
     expected_wrapper="QuantGemma4VisionEncoder",
+    expected_observer_count=78,  # 5 encoder-level + 73 in the one encoder layer
     requires=GEMMA4_REQUIRES,
     min_versions=GEMMA4_MIN_VERSIONS,
     # Measured on the pinned stack: mean 0.0799, max 0.503, PEIR 0.0567, SQNR ~ 22 dB.

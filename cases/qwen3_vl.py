@@ -136,6 +136,7 @@ VISION_MODEL = Case(
     build=build_vision_model,
     seed=123,
     expected_wrapper="QuantQwen3VLVisionModel",
+    expected_observer_count=120,
     requires=QWEN3_VL_REQUIRES,
     output=pooled_output,
     # Measured on the pinned stack at grid (2,4,6): mean 0.0014, max 0.020, PEIR 0.056, SQNR 29.5 dB.
