@@ -116,6 +116,8 @@ class ExportCapability:
     adapter: Callable[[torch.nn.Module, Sample, Built], torch.nn.Module]
     args: Callable[[Sample], tuple]
     samples: tuple[str, ...] = ("default",)
+    # False when the module itself is exported (no adapter factory that could refuse CALIB).
+    refuses_calib: bool = True
     # Export contract probes (optional; a missing one is reported as not checked):
     # ask the wrapper for an export mode it does not support -- must raise;
     unsupported_mode: Callable[[torch.nn.Module, Sample, Built], Any] | None = None
@@ -216,6 +218,12 @@ class Case:
     qparam_allowlist: Mapping[str, str] = field(default_factory=dict)
     # observer path pattern (fnmatch, relative to the wrapped root) -> why it is never fed.
     unused_observers: Mapping[str, str] = field(default_factory=dict)
+    # How to wrap, when the root is not wrapped whole (e.g. a composite whose children are
+    # prepared one by one to keep tied weights): wrap(module, cfg) -> NO_QUANT tree,
+    # prepare(module, cfg) -> CALIB tree, convert(module) -> QUANT tree. None: tico's defaults.
+    wrap: Callable[[torch.nn.Module, Any], torch.nn.Module] | None = None
+    prepare: Callable[[torch.nn.Module, Any], torch.nn.Module] | None = None
+    convert: Callable[[torch.nn.Module], torch.nn.Module] | None = None
     # the tico wrapper class name the root module must resolve to (None: not asserted).
     expected_wrapper: str | None = None
     # how many observers the wrapper tree must hold (None: reported, not asserted).
@@ -247,6 +255,9 @@ class Case:
                 raise CaseDefinitionError(
                     name, f"thresholds.{f.name}", f"must be a number or None, got {type(value).__name__} {value!r}"
                 )
+        for attr in ("wrap", "prepare", "convert"):
+            if getattr(self, attr) is not None and not callable(getattr(self, attr)):
+                raise CaseDefinitionError(name, attr, "must be callable or None")
         for attr in ("ptq_config", "output"):
             if not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable")

@@ -78,6 +78,39 @@ def _quant_modules(root: torch.nn.Module) -> list[Any]:
     return [m for m in root.modules() if isinstance(m, QuantModuleBase)]
 
 
+def wrap_noquant(case: Case, module: torch.nn.Module, cfg: Any) -> torch.nn.Module:
+    """The wrapper tree in NO_QUANT mode, as tico constructs it (no calibration enabled)."""
+    if case.wrap is not None:
+        return case.wrap(module, cfg)
+    from tico.quantization.wrapq.wrap_helper import PTQWrapHelper
+
+    return PTQWrapHelper(strict_wrap=bool(getattr(cfg, "strict_wrap", True))).wrap_supported(module, cfg)
+
+
+def top_quant_modules(root: torch.nn.Module) -> list[Any]:
+    """The outermost quant modules of a tree (the root itself when it is one)."""
+    from tico.quantization.wrapq.wrappers.quant_module_base import QuantModuleBase
+
+    if isinstance(root, QuantModuleBase):
+        return [root]
+    found, inner = [], set()
+    for module in root.modules():
+        if isinstance(module, QuantModuleBase) and id(module) not in inner:
+            found.append(module)
+            inner.update(id(m) for m in module.modules())
+    return found
+
+
+def enable_calibration(root: torch.nn.Module) -> None:
+    for module in top_quant_modules(root):
+        module.enable_calibration()
+
+
+def freeze_qparams(root: torch.nn.Module) -> None:
+    for module in top_quant_modules(root):
+        module.freeze_qparams()
+
+
 def unwrap(root: torch.nn.Module) -> torch.nn.Module:
     """The case-level wrapper inside tico's PTQWrapper shell (or the module itself)."""
     return getattr(root, "wrapped", root)
@@ -106,6 +139,8 @@ class Pipeline:
         self._values: dict[str, Any] = {}
         self._errors: dict[str, StageError] = {}
         self._running: list[str] = []
+        self._guard: dict[str, Any] | None = None
+        self._guard_mutations: list[str] = []
 
     # -- stage machinery -------------------------------------------------
     def _stage(self, name: str, compute: Callable[[], Any]) -> Any:
@@ -117,12 +152,22 @@ class Pipeline:
         try:
             # Only the outermost stage arms the timer; inner stages it computes share its budget.
             limit = self.settings.stage_timeout if not self._running else None
+            outermost = not self._running
+            if outermost and self._guard is not None:
+                # Whatever changed since the last stage was done by the check itself.
+                self._guard_mutations += self._diff(self._guard)
             self._running.append(name)
             try:
                 with torch.no_grad(), time_limit(limit):
                     value = compute()
             finally:
                 self._running.pop()
+                if outermost and self._guard is not None:
+                    # Stage work may legitimately change modules (lazily built observers).
+                    self._guard = None
+                    refresh = True
+                else:
+                    refresh = False
         except StageError as upstream:
             # A dependency failed: remember it under this name too, without re-running.
             self._errors[name] = upstream
@@ -134,6 +179,8 @@ class Pipeline:
         finally:
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
         self._values[name] = value
+        if refresh:
+            self._guard = self.snapshot()
         return value
 
     # -- stages ------------------------------------------------------------
@@ -158,11 +205,7 @@ class Pipeline:
         """The wrapper tree in NO_QUANT mode, as tico constructs it (no calibration enabled)."""
 
         def compute() -> torch.nn.Module:
-            from tico.quantization.wrapq.wrap_helper import PTQWrapHelper
-
-            cfg = self.ptq_config
-            helper = PTQWrapHelper(strict_wrap=bool(getattr(cfg, "strict_wrap", True)))
-            return helper.wrap_supported(copy.deepcopy(self.built.module), cfg).eval()
+            return wrap_noquant(self.case, copy.deepcopy(self.built.module), self.ptq_config).eval()
 
         return self._stage("wrap", compute)
 
@@ -174,14 +217,16 @@ class Pipeline:
             from tico.quantization import convert, prepare
 
             built, cfg = self.built, self.ptq_config
-            prepared = self._stage("prepare", lambda: prepare(copy.deepcopy(built.module), cfg, inplace=True))
+            do_prepare = self.case.prepare or (lambda module, c: prepare(module, c, inplace=True))
+            do_convert = self.case.convert or (lambda module: convert(module, inplace=True))
+            prepared = self._stage("prepare", lambda: do_prepare(copy.deepcopy(built.module), cfg))
 
             def calibrate() -> None:
                 for sample in built.inputs.calibration:
                     sample.call(prepared)
 
             self._stage("calibrate", calibrate)
-            return self._stage("convert", lambda: convert(prepared, inplace=True).eval())
+            return self._stage("convert", lambda: do_convert(prepared).eval())
 
         return self._stage("quantized", compute)
 
@@ -307,9 +352,25 @@ class Pipeline:
             visit(name, value)
         return state
 
-    def mutated_since(self, before: dict[str, Any]) -> list[str]:
+    def _diff(self, before: dict[str, Any]) -> list[str]:
         after = self.snapshot()
-        return sorted(k for k, v in before.items() if k in after and after[k] != v)
+        return [k for k, v in before.items() if k in after and after[k] != v]
+
+    def mutated_since(self, before: dict[str, Any]) -> list[str]:
+        return sorted(set(self._diff(before)))
+
+    def guard_start(self) -> None:
+        """Start watching shared artifacts for changes made by a check (not by stages)."""
+        self._guard = self.snapshot()
+        self._guard_mutations = []
+
+    def guard_end(self) -> list[str]:
+        """Artifacts the check changed since guard_start, stage computations excluded."""
+        mutations = list(self._guard_mutations)
+        if self._guard is not None:
+            mutations += self._diff(self._guard)
+        self._guard, self._guard_mutations = None, []
+        return sorted(set(mutations))
 
 
 def warm_imports() -> None:

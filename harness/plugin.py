@@ -260,15 +260,16 @@ class CheckItem(pytest.Item):
             raise CaseDefinitionError(self.case.name, "name", f"duplicate case name, also defined in {self.duplicate_of}")
         pipeline = self.config.stash[_STATE].pipelines.get(self.case, self.profile)
         pipeline.nodeid = self.parent.nodeid
-        before = pipeline.snapshot()
+        pipeline.guard_start()
         start = time.perf_counter()
         try:
             result = self.check.run(pipeline)
         except StageError as err:
+            pipeline.guard_end()
             self._record(stage_error={"stage": err.stage, "type": err.error_type, "message": err.error_text},
                          stage_timings=dict(pipeline.timings), check_seconds=time.perf_counter() - start)
             raise
-        mutated = pipeline.mutated_since(before)
+        mutated = pipeline.guard_end()
         if mutated:
             result.fail(f"check mutated shared pipeline artifacts: {', '.join(mutated[:5])}")
         self._record(

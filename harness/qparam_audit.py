@@ -4,6 +4,8 @@
 It walks the program tico's quantization passes produced (captured during Circle conversion),
 with the same notion of "tensor-producing node" tico uses: call_function and placeholder nodes
 whose metadata holds a tensor, plus graph outputs; cached scale/zero-point buffers excluded.
+Unlike tico's checker it does not ask integer tensors (token ids, indices) for qparams; it
+counts them separately.
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ def _is_tensor_node(node: torch.fx.Node) -> bool:
     return "tensor_meta" in node.meta
 
 
+def _is_float_tensor(node: torch.fx.Node) -> bool:
+    """Integer and bool tensors (token ids, indices, masks as bools) need no qparam."""
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (tuple, list)) else [val]
+    tensors = [v for v in vals if isinstance(v, torch.Tensor)]
+    return not tensors or any(t.is_floating_point() for t in tensors)
+
+
 def _is_qparam_buffer(node: torch.fx.Node) -> bool:
     return node.name.endswith("_cached_scale") or node.name.endswith("_cached_zp")
 
@@ -53,6 +63,7 @@ def _source_lines(stack_trace: str | None) -> list[str]:
 class AuditResult:
     quantized_nodes: int = 0
     float_nodes: int = 0
+    integer_nodes: int = 0
     missing: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -85,6 +96,9 @@ def audit_exported_program(program: Any, ignored_targets: tuple[str, ...] = DEFA
                 continue
             if _is_qparam_buffer(node) or not _is_tensor_node(node):
                 continue
+            if not _is_float_tensor(node):
+                result.integer_nodes += 1
+                continue
             if QPARAM_KEY in node.meta:
                 result.quantized_nodes += 1
             else:
@@ -93,7 +107,8 @@ def audit_exported_program(program: Any, ignored_targets: tuple[str, ...] = DEFA
         elif node.op == "output":
             flat, _ = torch.utils._pytree.tree_flatten(node.args[0])
             for out in flat:
-                if isinstance(out, torch.fx.Node) and not _is_qparam_buffer(out) and _is_tensor_node(out):
+                if isinstance(out, torch.fx.Node) and not _is_qparam_buffer(out) and _is_tensor_node(out) \
+                        and _is_float_tensor(out):
                     if QPARAM_KEY not in out.meta:
                         record(out, "graph output")
     return result

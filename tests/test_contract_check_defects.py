@@ -67,7 +67,7 @@ def test_observer_use_catches_observer_never_fed_and_never_applied(monkeypatch):
 
     monkeypatch.setattr(QuantGemma4VisionEncoder, "_fq", defective)
     text = problems_text(run_check(VISION_ENCODER, "observer_use"))
-    assert "observer obs_position_sin never collected in CALIB mode on 3 calibration samples" in text
+    assert "observer obs_position_sin was never fed statistics during calibration (3 calibration samples)" in text
     assert "observer obs_position_cos was calibrated but its fake-quant never ran in QUANT mode" in text
 
 

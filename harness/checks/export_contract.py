@@ -7,6 +7,7 @@ import copy
 import torch
 
 from harness.checks.base import Check, CheckResult, requires_capability
+from harness.pipeline import enable_calibration
 
 # Ops torch.export inserts when a graph depends on input *values*, not just shapes.
 _VALUE_GUARDS = ("_assert_scalar", "sym_constrain_range", "_local_scalar_dense", "_assert_async")
@@ -26,12 +27,15 @@ def run(pipeline) -> CheckResult:
     name = pipeline.export_sample_name
     sample, built = pipeline.sample(name), pipeline.built
 
-    calib = copy.deepcopy(pipeline.wrapped)
-    calib.enable_calibration()
-    refusal = _raises(lambda: export.adapter(calib, sample, built))
-    result.evidence["calib_mode"] = refusal
-    if refusal is None:
-        result.fail("export adapter was built in CALIB mode; it must be refused outside NO_QUANT/QUANT")
+    if export.refuses_calib:
+        calib = copy.deepcopy(pipeline.wrapped)
+        enable_calibration(calib)
+        refusal = _raises(lambda: export.adapter(calib, sample, built))
+        result.evidence["calib_mode"] = refusal
+        if refusal is None:
+            result.fail("export adapter was built in CALIB mode; it must be refused outside NO_QUANT/QUANT")
+    else:
+        result.notes.append("CALIB refusal not probed: the case exports the module itself, without an adapter factory")
 
     if export.unsupported_mode is None:
         result.notes.append("unsupported export mode not probed: the case gives no unsupported_mode probe")

@@ -8,6 +8,7 @@ import torch
 
 from harness.checks.base import Check, CheckResult
 from harness.metrics import nonfinite_summary
+from harness.pipeline import enable_calibration, freeze_qparams, wrap_noquant
 
 
 def _modes(root) -> set[str]:
@@ -20,7 +21,8 @@ def run(pipeline) -> CheckResult:
     result = CheckResult()
     case = pipeline.case
     inputs = pipeline.built.inputs
-    root = copy.deepcopy(pipeline.wrapped)
+    # A fresh tree: the shared NO_QUANT one may already have run forwards (lazy wrappers).
+    root = wrap_noquant(case, copy.deepcopy(pipeline.built.module), pipeline.ptq_config)
 
     def step(expected: str, samples) -> None:
         modes = _modes(root)
@@ -39,9 +41,9 @@ def run(pipeline) -> CheckResult:
                 result.fail(f"forward in {expected} mode (sample {i}) produced {problem}")
 
     step("NO_QUANT", [inputs.evaluation["default"]])
-    root.enable_calibration()
+    enable_calibration(root)
     step("CALIB", inputs.calibration)
-    root.freeze_qparams()
+    freeze_qparams(root)
     step("QUANT", [inputs.evaluation["default"]])
     public = _modes(pipeline.quantized)
     if public != {"QUANT"}:

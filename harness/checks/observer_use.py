@@ -1,49 +1,71 @@
-"""Every observer of the wrapper tree collects at least once in CALIB mode on the case's
-calibration inputs, and every calibrated observer is applied (its fake-quant runs) in QUANT
+"""Every observer of the wrapper tree is fed statistics at least once during calibration
+(enable_calibration, the case's calibration inputs, freeze_qparams), and every calibrated observer is applied (its fake-quant runs) in QUANT
 mode on the evaluation input. The inventory is reported; unused-by-design observers need a
 reason in the case, and a declared observer count is enforced."""
 
 import copy
 import fnmatch
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 
 from harness.checks.base import Check, CheckResult
-from harness.pipeline import unwrap
+from harness.pipeline import enable_calibration, freeze_qparams, wrap_noquant, unwrap
 
 
-def _instrument(root, method: str) -> dict[str, int]:
-    """Count calls of ``method`` per observer path by shadowing it on each (private) instance."""
+@contextmanager
+def _counting(root, method: str) -> Iterator[dict[int, int]]:
+    """Count calls of ``method`` per observer object, patched on the defining classes so that
+    observers a wrapper (re)creates during calibration are counted too; restored on exit."""
     from tico.quantization.wrapq.observers.base import ObserverBase
 
-    counts: dict[str, int] = {}
-    for path, obs in root.named_modules():
-        if isinstance(obs, ObserverBase):
-            counts[path] = 0
-            original = getattr(obs, method)
+    counts: dict[int, int] = {}
+    owners = set()
+    for module in root.modules():
+        if isinstance(module, ObserverBase):
+            owners.add(next(c for c in type(module).__mro__ if method in c.__dict__))
+    originals = {owner: owner.__dict__[method] for owner in owners}
 
-            def counting(*args, _orig=original, _path=path, **kwargs):
-                counts[_path] += 1
-                return _orig(*args, **kwargs)
+    def patched(original):
+        def counting(self, *args, **kwargs):
+            counts[id(self)] = counts.get(id(self), 0) + 1
+            return original(self, *args, **kwargs)
 
-            setattr(obs, method, counting)
-    return counts
+        return counting
+
+    try:
+        for owner, original in originals.items():
+            setattr(owner, method, patched(original))
+        yield counts
+    finally:
+        for owner, original in originals.items():
+            setattr(owner, method, original)
+
+
+def _by_path(root, counts: dict[int, int]) -> dict[str, int]:
+    from tico.quantization.wrapq.observers.base import ObserverBase
+
+    return {path: counts.get(id(m), 0) for path, m in root.named_modules() if isinstance(m, ObserverBase)}
 
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
     case = pipeline.case
-    root = copy.deepcopy(pipeline.wrapped)
-    # Instrument first: some wrappers feed weight observers inside enable_calibration().
-    collected = _instrument(unwrap(root), "collect")
-    root.enable_calibration()
-    with torch.no_grad():
-        for sample in pipeline.built.inputs.calibration:
-            sample.call(root)
-    root.freeze_qparams()
-    applied = _instrument(unwrap(root), "fake_quant")
-    with torch.no_grad():
+    # A fresh tree: the shared NO_QUANT one may already have run forwards (lazy wrappers).
+    root = wrap_noquant(case, copy.deepcopy(pipeline.built.module), pipeline.ptq_config)
+    # Count from before enable_calibration (some wrappers feed weight observers there) to
+    # after freeze_qparams; _update_stats is where every feeding path ends.
+    with _counting(root, "_update_stats") as fed:
+        enable_calibration(root)
+        with torch.no_grad():
+            for sample in pipeline.built.inputs.calibration:
+                sample.call(root)
+        freeze_qparams(root)
+    collected = _by_path(unwrap(root), fed)
+    with _counting(root, "fake_quant") as used, torch.no_grad():
         pipeline.built.inputs.evaluation["default"].call(root)
+    applied = _by_path(unwrap(root), used)
 
     def reason(path: str) -> str | None:
         return next((why for pattern, why in case.unused_observers.items() if fnmatch.fnmatchcase(path, pattern)), None)
@@ -52,7 +74,8 @@ def run(pipeline) -> CheckResult:
     never_applied = [p for p, n in applied.items() if n == 0 and collected.get(p, 0) > 0]
     for path in never_fed:
         if not reason(path):
-            result.fail(f"observer {path} never collected in CALIB mode on {len(pipeline.built.inputs.calibration)} calibration samples")
+            result.fail(f"observer {path} was never fed statistics during calibration "
+                        f"({len(pipeline.built.inputs.calibration)} calibration samples)")
     for path in never_applied:
         if not reason(path):
             result.fail(f"observer {path} was calibrated but its fake-quant never ran in QUANT mode")

@@ -45,11 +45,12 @@ def run(pipeline) -> CheckResult:
     overrides[target.name] = dict(overrides.get(target.name, {}), dtype=INT16)
     cfg.overrides = overrides
     cfg.normalize_overrides()
-    model = prepare(copy.deepcopy(pipeline.built.module), cfg, inplace=True)
+    case = pipeline.case
+    model = (case.prepare or (lambda m, c: prepare(m, c, inplace=True)))(copy.deepcopy(pipeline.built.module), cfg)
     with torch.no_grad():
         for sample in pipeline.built.inputs.calibration:
             sample.call(model)
-    model = convert(model, inplace=True)
+    model = (case.convert or (lambda m: convert(m, inplace=True)))(model)
     after = _qparams(model)
     result.evidence.update({"overridden": path, "override": {target.name: "int16"}})
     if str(after[path][0]) != str(INT16):

@@ -15,6 +15,7 @@ def run(pipeline) -> CheckResult:
         {
             "quantized_nodes": audit.quantized_nodes,
             "float_nodes": audit.float_nodes,
+            "integer_nodes": audit.integer_nodes,
             "missing_qparam": len(audit.missing),
             "missing_allowlisted": len(audit.missing) - len(unexplained),
             "missing_unexplained": len(unexplained),

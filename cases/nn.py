@@ -1,0 +1,126 @@
+"""torch.nn cases: the leaf wrappers (Linear, Conv3d, LayerNorm, tied Embedding + Linear).
+
+Same modules and input shapes as TICO's nn smoke cases; the whole module is the export
+adapter, so every export check runs on them too."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from harness import Built, Case, CaseInputs, ExportCapability, Sample, Thresholds
+
+
+def _inputs(make, calibration: int, evaluation=None) -> CaseInputs:
+    return CaseInputs(
+        calibration=tuple(Sample(args=(make(),)) for _ in range(calibration)),
+        evaluation={"default": Sample(args=((evaluation or make)(),))},
+    )
+
+
+def _whole_module_export(**kwargs) -> ExportCapability:
+    """The quantized module itself is what gets exported (no static adapter needed)."""
+    return ExportCapability(
+        adapter=lambda root, sample, built: root, args=lambda sample: sample.args, refuses_calib=False, **kwargs
+    )
+
+
+def build_linear(profile: str) -> Built:
+    module = nn.Linear(16, 8, bias=False)
+    return Built(module, _inputs(lambda: torch.randn(4, 16), 4, lambda: torch.randn(2, 16)))
+
+
+def build_conv3d(profile: str) -> Built:
+    module = nn.Conv3d(3, 8, kernel_size=(2, 4, 4), stride=(2, 4, 4), bias=True)
+    return Built(module, _inputs(lambda: torch.randn(1, 3, 2, 8, 8), 3))
+
+
+def build_conv3d_patch(profile: str) -> Built:
+    """Kernel and stride equal to the patch volume: the Qwen3-VL patch-embed special path."""
+    module = nn.Conv3d(3, 16, kernel_size=(2, 8, 8), stride=(2, 8, 8), padding=0, bias=True)
+    return Built(module, _inputs(lambda: torch.randn(2, 3, 2, 8, 8), 3))
+
+
+def build_layernorm(profile: str) -> Built:
+    module = nn.LayerNorm((32,), eps=1e-5, elementwise_affine=True)
+    return Built(module, _inputs(lambda: torch.randn(4, 32), 3))
+
+
+class TiedEmbeddingLM(nn.Module):
+    """Embedding and LM head sharing one weight, as small language models do."""
+
+    def __init__(self, vocab_size: int = 16, hidden_size: int = 8) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, hidden_size)
+        self.lm_head = nn.Linear(hidden_size, vocab_size, bias=False)
+        self.lm_head.weight = self.embed.weight
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.embed(token_ids))
+
+
+def build_tied(profile: str) -> Built:
+    tokens = lambda shape: torch.randint(0, 16, shape, dtype=torch.long)
+    return Built(TiedEmbeddingLM(), _inputs(lambda: tokens((2, 5)), 3, lambda: tokens((1, 4))))
+
+
+def _per_child(step):
+    """Apply a tico step to embed and lm_head separately, so the tie survives wrapping."""
+
+    def apply(module, *cfg):
+        module.embed = step(module.embed, *cfg)
+        module.lm_head = step(module.lm_head, *cfg)
+        return module
+
+    return apply
+
+
+def _wrap_child(child, cfg):
+    from tico.quantization.wrapq.wrappers.ptq_wrapper import PTQWrapper
+
+    return PTQWrapper(child, qcfg=cfg)
+
+
+def _prepare_child(child, cfg):
+    from tico.quantization import prepare
+
+    return prepare(child, cfg)
+
+
+def _convert_child(child):
+    from tico.quantization import convert
+
+    return convert(child)
+
+
+_LEAF = dict(family="nn", profiles=("tiny",))
+
+CASES = [
+    # Thresholds: measured on the pinned stack, with margin (see README for the numbers).
+    Case(name="nn_linear", build=build_linear, seed=123, expected_wrapper="QuantLinear",
+         thresholds=Thresholds(max_mean_abs_diff=0.06, max_peir=0.08, circle_max_steps=1.0, circle_mean_steps=0.1),
+         export=_whole_module_export(), **_LEAF),
+    # Circle replay of the decomposed Conv3d differs from torch QUANT by max 4 / mean 0.72 steps.
+    Case(name="nn_conv3d", build=build_conv3d, seed=123, expected_wrapper="QuantConv3dDecomposed",
+         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.05, circle_max_steps=4.5, circle_mean_steps=1.0),
+         export=_whole_module_export(),
+         expected_failures={"qparam_audit": (
+             "QuantConv3dDecomposed adds the bias as a float constant (bias.reshape(1, C_out, 1, 1), "
+             "quant_conv3d_decomposed.py:471) with no qparam in the exported graph")},
+         **_LEAF),
+    Case(name="nn_conv3d_special_case", build=build_conv3d_patch, seed=123, expected_wrapper="QuantConv3dDecomposed",
+         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.05, circle_max_steps=1.0, circle_mean_steps=0.1),
+         export=_whole_module_export(), **_LEAF),
+    Case(name="nn_layernorm", build=build_layernorm, seed=123, expected_wrapper="QuantLayerNorm",
+         thresholds=Thresholds(max_mean_abs_diff=0.12, max_peir=0.12, circle_max_steps=1.0, circle_mean_steps=0.1),
+         export=_whole_module_export(), **_LEAF),
+    Case(name="nn_tied_embedding", build=build_tied, seed=123,
+         thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.05, circle_max_steps=1.5, circle_mean_steps=0.25),
+         wrap=_per_child(_wrap_child), prepare=_per_child(_prepare_child), convert=_per_child(_convert_child),
+         export=_whole_module_export(),
+         not_applicable={
+             "wrapper_registry": "the root is a test composite; embed and lm_head are wrapped one by one to keep the tie",
+             "ptq_overrides": "the root is a test composite that owns no observer of its own",
+         },
+         **_LEAF),
+]
