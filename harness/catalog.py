@@ -1,0 +1,69 @@
+"""Generated cases x checks table (applicable / n/a / expected failure), for the README.
+
+    python -m harness.catalog            # print the markdown table
+    python -m harness.catalog --write    # replace the table between the README markers
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from harness.case import Case
+from harness.checks import all_checks
+
+BEGIN, END = "<!-- catalog:begin -->", "<!-- catalog:end -->"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_cases(cases_dir: Path = ROOT / "cases") -> list[tuple[str, Case]]:
+    if str(cases_dir.parent) not in sys.path:
+        sys.path.insert(0, str(cases_dir.parent))
+    found = []
+    for path in sorted(cases_dir.glob("[!_]*.py")):
+        module = importlib.import_module(f"{cases_dir.name}.{path.stem}")
+        found += [(path.name, case) for case in getattr(module, "CASES", [])]
+    return found
+
+
+def cell(case: Case, check) -> str:
+    if check.name in case.not_applicable:
+        return "n/a*"
+    if check.applies(case) is not None:
+        return "n/a"
+    if check.name in case.expected_failures:
+        return "xfail*"
+    return "yes"
+
+
+def table() -> str:
+    checks = all_checks()
+    lines = ["| case | profiles | " + " | ".join(c.name for c in checks) + " |",
+             "|---|---|" + "---|" * len(checks)]
+    for _, case in load_cases():
+        lines.append(f"| `{case.name}` | {', '.join(case.profiles)} | " + " | ".join(cell(case, c) for c in checks) + " |")
+    lines.append("")
+    lines.append("`n/a`: the case lacks the capability; `n/a*`: not applicable for a reason stated in the case; "
+                 "`xfail*`: strict expected failure with a reason stated in the case (a pass fails).")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.catalog", description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the README table in place")
+    args = parser.parse_args(argv)
+    text = table()
+    if not args.write:
+        print(text)
+        return 0
+    readme = ROOT / "README.md"
+    content = readme.read_text()
+    start, end = content.index(BEGIN) + len(BEGIN), content.index(END)
+    readme.write_text(content[:start] + "\n" + text + "\n" + content[end:])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
