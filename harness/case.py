@@ -144,12 +144,23 @@ class RotaryCapability:
 
 @dataclass(frozen=True)
 class MaskProbe:
-    """An additive attention mask the wrapper produced, with the truth to judge it by."""
+    """An additive attention mask the wrapper produced, with the truth to judge it by.
+
+    By default a (query, key) pair is allowed when both tokens are valid (bidirectional
+    attention with padding). ``allowed`` (B, S_q, S_k) bool overrides that, e.g. for causal
+    masks; ``valid_tokens`` then marks the query rows that must see at least one key."""
 
     label: str
     mask: torch.Tensor
     valid_tokens: torch.Tensor
     fill_value: float
+    allowed: torch.Tensor | None = None
+
+    def allowed_pairs(self) -> torch.Tensor:
+        if self.allowed is not None:
+            return self.allowed.to(torch.bool)
+        valid = self.valid_tokens.to(torch.bool)
+        return valid[:, :, None] & valid[:, None, :]
 
 
 @dataclass(frozen=True)
@@ -203,6 +214,9 @@ class Case:
     golden_tolerance: GoldenTolerance = GoldenTolerance()
     ptq_config: Callable[[str], Any] = default_ptq_config
     output: Callable[[Any], torch.Tensor] = first_tensor
+    # How to call the Hugging Face module when its signature differs from the wrapper's
+    # (e.g. a 4-D mask where the wrapper takes 3-D). None: the same call as the wrapper.
+    reference_call: Callable[[torch.nn.Module, Sample], Any] | None = None
     requires: tuple[str, ...] = ()
     min_versions: Mapping[str, str] = field(default_factory=dict)
     export: ExportCapability | None = None
@@ -255,7 +269,7 @@ class Case:
                 raise CaseDefinitionError(
                     name, f"thresholds.{f.name}", f"must be a number or None, got {type(value).__name__} {value!r}"
                 )
-        for attr in ("wrap", "prepare", "convert"):
+        for attr in ("wrap", "prepare", "convert", "reference_call"):
             if getattr(self, attr) is not None and not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable or None")
         for attr in ("ptq_config", "output"):

@@ -79,7 +79,9 @@ def replay_circle(artifact: CircleArtifact, args: tuple, mode: str) -> list[np.n
     from tico.circle.runtime.kernels.base import ExecutionMode
 
     runtime = CircleReferenceRuntime(artifact.binary)
-    arrays = [a.detach().cpu().numpy() for a in args]
+    # Circle inputs are the flattened tensor leaves, in the order torch.export flattens them.
+    leaves, _ = torch.utils._pytree.tree_flatten(args)
+    arrays = [a.detach().cpu().numpy() for a in leaves if isinstance(a, torch.Tensor)]
     if mode == "fake_quantize":
         return list(runtime.run(arrays, mode=ExecutionMode.FAKE_QUANTIZE).outputs)
     native_inputs = []

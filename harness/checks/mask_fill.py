@@ -1,5 +1,6 @@
-"""The additive attention mask a wrapper builds: right shape, finite, 0 where both query and
-key are valid, exactly the configured fill value on every pair that touches padding."""
+"""The additive attention mask a wrapper builds: right shape, finite, 0 on every allowed
+(query, key) pair -- both valid, and key <= query for causal masks -- and exactly the
+configured fill value on every other pair."""
 
 import torch
 
@@ -8,17 +9,20 @@ from harness.metrics import nonfinite_summary
 
 
 def _judge(probe, result: CheckResult) -> None:
-    mask, valid = probe.mask.detach(), probe.valid_tokens.to(torch.bool)
+    mask = probe.mask.detach()
     label = f"mask [{probe.label}]"
-    batch, seq = valid.shape
-    if tuple(mask.shape) != (batch, 1, seq, seq):
-        result.fail(f"{label}: shape {tuple(mask.shape)} != expected {(batch, 1, seq, seq)}")
+    allowed = probe.allowed_pairs()
+    batch, q_len, k_len = allowed.shape
+    if mask.dim() == 3:
+        mask = mask[:, None]  # (B, S, S) wrappers: judge as (B, 1, S, S)
+    if tuple(mask.shape) != (batch, 1, q_len, k_len):
+        result.fail(f"{label}: shape {tuple(probe.mask.shape)} != expected {(batch, 1, q_len, k_len)}")
         return
     problem = nonfinite_summary(mask)
     if problem:
         result.fail(f"{label}: has {problem}; fill values must be finite")
         return
-    pair_valid = (valid[:, :, None] & valid[:, None, :])[:, None]
+    pair_valid = allowed[:, None]
     expected = torch.where(pair_valid, torch.zeros((), dtype=mask.dtype), torch.tensor(probe.fill_value, dtype=mask.dtype))
     wrong = mask != expected
     wrong_valid = int((wrong & pair_valid).sum())
@@ -49,8 +53,8 @@ def run(pipeline) -> CheckResult:
     probes = pipeline.case.mask.probes(pipeline.wrapped, pipeline.built)
     if not probes:
         result.fail("case mask capability returned no probes")
-    if not any(bool((~p.valid_tokens.to(torch.bool)).any()) for p in probes):
-        result.fail("no mask probe contains padding, so fill values cannot be verified")
+    if not any(bool((~p.allowed_pairs()).any()) for p in probes):
+        result.fail("no mask probe masks any pair, so fill values cannot be verified")
     for probe in probes:
         _judge(probe, result)
     return result

@@ -14,12 +14,14 @@ MAX_MASKED_WEIGHT = 1e-6
 def _judge(probe, result: CheckResult) -> None:
     label = f"QUANT mask [{probe.label}]"
     mask = probe.mask.detach().to(torch.float64)
+    if mask.dim() == 3:
+        mask = mask[:, None]
     valid = probe.valid_tokens.to(torch.bool)
     problem = nonfinite_summary(mask)
     if problem:
         result.fail(f"{label}: has {problem}")
         return
-    pair_valid = (valid[:, :, None] & valid[:, None, :])[:, None].expand_as(mask)
+    pair_valid = probe.allowed_pairs()[:, None].expand_as(mask)
     masked = ~pair_valid
     nonzero_valid = int((mask[pair_valid] != 0).sum())
     if nonzero_valid:
@@ -43,8 +45,8 @@ def _judge(probe, result: CheckResult) -> None:
 def run(pipeline) -> CheckResult:
     result = CheckResult()
     probes = pipeline.case.mask.probes(pipeline.quantized, pipeline.built)
-    if not any(bool((~p.valid_tokens.to(torch.bool)).any()) for p in probes):
-        result.fail("no mask probe contains padding, so survival of the fill value cannot be verified")
+    if not any(bool((~p.allowed_pairs()).any()) for p in probes):
+        result.fail("no mask probe masks any pair, so survival of the fill value cannot be verified")
     for probe in probes:
         _judge(probe, result)
     return result

@@ -1,5 +1,6 @@
-"""A per-observer override in the PTQConfig is honoured: forcing one root observer to int16
-changes that observer's dtype and qparams, and no other observer's qparams."""
+"""A per-observer override in the PTQConfig is honoured: forcing one observer (the root's own,
+else a child wrapper's) to int16 (uint8 when it already is int16) changes that observer's
+dtype and qparams, and no other observer's qparams."""
 
 import copy
 
@@ -28,21 +29,40 @@ def _same(a: tuple, b: tuple) -> bool:
     )
 
 
+def _override_target(root) -> tuple[str, list[str], object] | None:
+    """(observer path, config scope, observer) to override: a root-owned observer when the
+    root has one, else the first observer of the first child wrapper."""
+    from tico.quantization.wrapq.observers.base import ObserverBase
+
+    own = list(root._all_observers())
+    if own:
+        obs = own[-1]
+        return next(p for p, m in root.named_modules() if m is obs), [], obs
+    for path, module in root.named_modules():
+        if isinstance(module, ObserverBase):
+            scope = [part for part in path.split(".")[:-1] if part != "wrapped"]
+            return path, scope, module
+    return None
+
+
 def run(pipeline) -> CheckResult:
     from tico.quantization import convert, prepare
-    from tico.quantization.wrapq.dtypes import INT16
+    from tico.quantization.wrapq.dtypes import INT16, UINT8
 
     result = CheckResult()
     baseline = _qparams(pipeline.quantized)
-    own = [obs for obs in unwrap(pipeline.quantized)._all_observers() if str(obs.dtype) != str(INT16)]
-    if not own:
-        result.fail("the root wrapper owns no observer to override")
+    found = _override_target(unwrap(pipeline.quantized))
+    if found is None:
+        result.fail("the wrapper tree has no observer to override")
         return result
-    target = own[-1]
-    path = next(p for p, m in unwrap(pipeline.quantized).named_modules() if m is target)
+    path, scope, target = found
+    new_dtype = UINT8 if str(target.dtype) == str(INT16) else INT16
     cfg = copy.deepcopy(pipeline.ptq_config)
-    overrides = dict(cfg.overrides)
-    overrides[target.name] = dict(overrides.get(target.name, {}), dtype=INT16)
+    overrides = copy.deepcopy(dict(cfg.overrides))
+    node = overrides
+    for part in scope:
+        node = node.setdefault(part, {})
+    node[target.name] = dict(node.get(target.name, {}), dtype=new_dtype)
     cfg.overrides = overrides
     cfg.normalize_overrides()
     case = pipeline.case
@@ -52,14 +72,15 @@ def run(pipeline) -> CheckResult:
             sample.call(model)
     model = (case.convert or (lambda m: convert(m, inplace=True)))(model)
     after = _qparams(model)
-    result.evidence.update({"overridden": path, "override": {target.name: "int16"}})
-    if str(after[path][0]) != str(INT16):
-        result.fail(f"override {target.name} -> int16 ignored: observer {path} is {after[path][0]}")
+    label = ".".join(scope + [target.name])
+    result.evidence.update({"overridden": path, "override": {label: str(new_dtype)}})
+    if str(after[path][0]) != str(new_dtype):
+        result.fail(f"override {label} -> {new_dtype} ignored: observer {path} is {after[path][0]}")
     elif _same(after[path], baseline[path]):
-        result.fail(f"observer {path} became int16 but its qparams did not change")
+        result.fail(f"observer {path} became {new_dtype} but its qparams did not change")
     changed = [p for p in baseline if p != path and p in after and not _same(baseline[p], after[p])]
     if changed:
-        result.fail(f"overriding {target.name} also changed {len(changed)} other observers, e.g. {changed[:3]}")
+        result.fail(f"overriding {label} also changed {len(changed)} other observers, e.g. {changed[:3]}")
     result.metrics["other_observers_changed"] = len(changed)
     return result
 
