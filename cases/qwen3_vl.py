@@ -168,4 +168,111 @@ VISION_MODEL = Case(
     },
 )
 
-CASES = [VISION_MODEL]
+# -- vision sub-modules (TICO's qwen3_vl_vision_* smoke cases, with HF RoPE and non-square grids)
+
+_PART_GRID = (1, 4, 8)
+
+
+def _whole_module_export() -> ExportCapability:
+    return ExportCapability(adapter=lambda root, sample, built: root, args=lambda s: s.args, refuses_calib=False)
+
+
+def _cu_seqlens(grid: tuple[int, int, int]) -> torch.Tensor:
+    t, h, w = grid
+    return torch.tensor([i * h * w for i in range(t + 1)], dtype=torch.int32)
+
+
+def _vision_part(profile: str, pick, make_sample, calibration: int = 3) -> Built:
+    """One part of a tiny vision model, with samples made from that model's own config."""
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
+
+    model = Qwen3VLVisionModel(vision_config(profile))
+    module = pick(model)
+    samples = [make_sample(model) for _ in range(calibration + 1)]
+    return Built(module, CaseInputs(calibration=tuple(samples[:-1]), evaluation={"default": samples[-1]}))
+
+
+def _packed_sample(model) -> Sample:
+    """Packed patches of one _PART_GRID item; keywords, since tico's attention and block
+    wrappers take ``rotary_pos_emb`` third where HF takes ``position_embeddings``."""
+    t, h, w = _PART_GRID
+    hidden = torch.randn(t * h * w, model.config.hidden_size)
+    rope = hf_vision_rope(model, torch.tensor([list(_PART_GRID)]))
+    return Sample(args=(hidden, _cu_seqlens(_PART_GRID)), kwargs={"position_embeddings": rope})
+
+
+class _FixedGridPart(torch.nn.Module):
+    """Static export profile for a packed attention/block part: cu_seqlens and RoPE are
+    buffers and the split sizes Python ints, as the full vision model's adapter does."""
+
+    def __init__(self, part: torch.nn.Module, sample: Sample):
+        super().__init__()
+        self.part = part
+        self.register_buffer("cu_seqlens", sample.args[1].clone())
+        cos, sin = sample.kwargs["position_embeddings"]
+        self.register_buffer("cos", cos.clone())
+        self.register_buffer("sin", sin.clone())
+        bounds = sample.args[1].tolist()
+        self.split_sizes = tuple(int(b - a) for a, b in zip(bounds, bounds[1:]))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.part(hidden, self.cu_seqlens, position_embeddings=(self.cos, self.sin),
+                         attention_split_sizes=self.split_sizes)
+
+
+def _fixed_grid_export() -> ExportCapability:
+    return ExportCapability(
+        adapter=lambda root, sample, built: _FixedGridPart(root, sample),
+        args=lambda s: (s.args[0],),
+        refuses_calib=False,
+    )
+
+
+def build_vision_mlp(profile: str) -> Built:
+    return _vision_part(profile, lambda m: m.blocks[0].mlp, lambda m: Sample(args=(torch.randn(16, m.config.hidden_size),)))
+
+
+def build_vision_attention(profile: str) -> Built:
+    return _vision_part(profile, lambda m: m.blocks[0].attn, _packed_sample)
+
+
+def build_vision_block(profile: str) -> Built:
+    return _vision_part(profile, lambda m: m.blocks[0], _packed_sample)
+
+
+def build_patch_embed(profile: str) -> Built:
+    return _vision_part(profile, lambda m: m.patch_embed, lambda m: Sample(args=(vision_sample(m.config, (1, 2, 4)).args[0],)))
+
+
+def build_patch_merger(profile: str) -> Built:
+    merge = _TINY_VISION["spatial_merge_size"] ** 2
+    return _vision_part(profile, lambda m: m.merger, lambda m: Sample(args=(torch.randn(2 * merge, m.config.hidden_size),)))
+
+
+_PART = dict(family="qwen3_vl", seed=123, requires=QWEN3_VL_REQUIRES)
+_COPIED_PROJ = (
+    "QuantQwen3VLVisionPatchEmbed keeps its own trainable copy of the projection weight and bias "
+    "beside the float module's Conv3d"
+)
+
+VISION_PARTS = [
+    Case(name="qwen3_vl_vision_mlp", build=build_vision_mlp, expected_wrapper="QuantQwen3VLVisionMLP",
+         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+         export=_whole_module_export(), **_PART),
+    Case(name="qwen3_vl_vision_attention", build=build_vision_attention, expected_wrapper="QuantQwen3VLVisionAttention",
+         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+         unused_observers={"obs_scaling": _FOLDED_SCALE, "obs_mul_logits_scale": _FOLDED_SCALE},
+         expected_failures={"no_side_effects": _IN_PLACE_FOLD}, export=_fixed_grid_export(), **_PART),
+    Case(name="qwen3_vl_vision_block", build=build_vision_block, expected_wrapper="QuantQwen3VLVisionBlock",
+         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+         unused_observers={"attn.wrapped.obs_scaling": _FOLDED_SCALE, "attn.wrapped.obs_mul_logits_scale": _FOLDED_SCALE},
+         expected_failures={"no_side_effects": _IN_PLACE_FOLD}, export=_fixed_grid_export(), **_PART),
+    Case(name="qwen3_vl_vision_patch_embed", build=build_patch_embed, expected_wrapper="QuantQwen3VLVisionPatchEmbed",
+         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+         expected_failures={"no_side_effects": _COPIED_PROJ}, export=_whole_module_export(), **_PART),
+    Case(name="qwen3_vl_vision_patch_merger", build=build_patch_merger, expected_wrapper="QuantQwen3VLVisionPatchMerger",
+         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+         export=_whole_module_export(), **_PART),
+]
+
+CASES = [VISION_MODEL, *VISION_PARTS]
