@@ -4,7 +4,6 @@ An observer that never saw data still reports has_qparams (scale ~1e-8), so min/
 finite too. Observers unused by design are listed in the case with a reason."""
 
 import fnmatch
-import math
 
 import torch
 
