@@ -271,4 +271,75 @@ VISION_PARTS = [
     ),
 ]
 
+# -- patch embedder and pooler (TICO's tiny patch-embedder config; non-square 8x2 grid) -----------
+
+
+def patch_embedder_config(profile: str):
+    from transformers.models.gemma4.configuration_gemma4 import Gemma4VisionConfig
+
+    if profile != "tiny":
+        raise ValueError(f"unknown Gemma4 patch-embedder profile {profile!r}")
+    return Gemma4VisionConfig(hidden_size=32, patch_size=4, position_embedding_size=8,
+                              allow_global_per_layer_attribute_access=True)
+
+
+def build_patch_embedder(profile: str) -> Built:
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4VisionPatchEmbedder
+
+    cfg = patch_embedder_config(profile)
+    module = Gemma4VisionPatchEmbedder(cfg)
+    patches, patch_dim = 16, 3 * cfg.patch_size**2
+    positions = grid_positions(patches, width=8)
+    no_padding = torch.zeros(1, patches, dtype=torch.bool)
+    sample = lambda: Sample(args=(torch.randn(1, patches, patch_dim), positions, no_padding))  # noqa: E731
+    calibration = tuple(sample() for _ in range(3))
+    return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample()}))
+
+
+def build_pooler(profile: str) -> Built:
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4VisionPooler
+
+    cfg = vision_config(profile)
+    module = Gemma4VisionPooler(cfg)
+    seq = 16
+    positions = grid_positions(seq, width=8)  # pooled 2x2 -> a 4x1 output grid
+    no_padding = torch.zeros(1, seq, dtype=torch.bool)
+    sample = lambda: Sample(kwargs={"hidden_states": torch.randn(1, seq, cfg.hidden_size),  # noqa: E731
+                                    "pixel_position_ids": positions, "padding_positions": no_padding,
+                                    "output_length": 4})
+    calibration = tuple(sample() for _ in range(3))
+    return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample()}))
+
+
+VISION_PARTS += [
+    Case(
+        name="gemma4_vision_patch_embedder",
+        build=build_patch_embedder,
+        expected_wrapper="QuantGemma4VisionPatchEmbedder",
+        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.15, circle_max_steps=2.0, circle_mean_steps=0.5),
+        expected_failures={"no_side_effects": (
+            "QuantGemma4VisionPatchEmbedder keeps its own trainable copy of input_proj (weight and bias) "
+            "beside the float module's")},
+        export=ExportCapability(
+            adapter=lambda root, sample, built: unwrap(root).as_export_module(
+                mode="prefill", pixel_position_ids=sample.args[1], padding_positions=sample.args[2]),
+            args=lambda s: (s.args[0],),
+        ),
+        **_LAYER_PART,
+    ),
+    Case(
+        name="gemma4_vision_pooler",
+        build=build_pooler,
+        expected_wrapper="QuantGemma4VisionPooler",
+        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+        export=ExportCapability(
+            adapter=lambda root, sample, built: unwrap(root).as_export_module(
+                mode="prefill", output_length=sample.kwargs["output_length"],
+                pixel_position_ids=sample.kwargs["pixel_position_ids"]),
+            args=lambda s: (s.kwargs["hidden_states"],),
+        ),
+        **_LAYER_PART,
+    ),
+]
+
 CASES = [VISION_ENCODER, VISION_ENCODER_PADDED_CALIB, *VISION_PARTS]
