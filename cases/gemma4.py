@@ -342,4 +342,45 @@ VISION_PARTS += [
     ),
 ]
 
-CASES = [VISION_ENCODER, VISION_ENCODER_PADDED_CALIB, *VISION_PARTS]
+# -- text MLP (TICO's tiny text config: hidden 64, one full-attention layer) ---------------------
+
+
+def text_config(profile: str):
+    from transformers.models.gemma4.configuration_gemma4 import Gemma4TextConfig
+
+    if profile != "tiny":
+        raise ValueError(f"unknown Gemma4 text profile {profile!r}")
+    cfg = Gemma4TextConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2,
+        num_global_key_value_heads=2, head_dim=32, global_head_dim=32, max_position_embeddings=128,
+        num_hidden_layers=1, layer_types=["full_attention"],
+        rope_parameters={"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                            "rope_theta": 1_000_000.0}},
+        attention_bias=False, attention_dropout=0.0, use_cache=False, enable_moe_block=False,
+        hidden_size_per_layer_input=0, allow_global_per_layer_attribute_access=True,
+    )
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def build_text_mlp(profile: str) -> Built:
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextMLP
+
+    cfg = text_config(profile)
+    module = Gemma4TextMLP(cfg, layer_idx=0)
+    sample = lambda: Sample(args=(torch.randn(1, 8, cfg.hidden_size),))  # noqa: E731
+    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(3)), evaluation={"default": sample()}))
+
+
+TEXT_PARTS = [
+    Case(
+        name="gemma4_text_mlp",
+        build=build_text_mlp,
+        expected_wrapper="QuantGemma4TextMLP",
+        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+        export=ExportCapability(adapter=lambda root, sample, built: root, args=lambda s: s.args, refuses_calib=False),
+        **_LAYER_PART,
+    ),
+]
+
+CASES = [VISION_ENCODER, VISION_ENCODER_PADDED_CALIB, *VISION_PARTS, *TEXT_PARTS]

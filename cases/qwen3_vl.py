@@ -275,4 +275,36 @@ VISION_PARTS = [
          export=_whole_module_export(), **_PART),
 ]
 
-CASES = [VISION_MODEL, *VISION_PARTS]
+# -- text MLP (TICO's tiny text config) ------------------------------------------------------------
+
+
+def text_config(profile: str):
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
+
+    if profile != "tiny":
+        raise ValueError(f"unknown Qwen3-VL text profile {profile!r}")
+    cfg = Qwen3VLTextConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, head_dim=32, max_position_embeddings=32,
+        rope_scaling={"rope_type": "default", "mrope_section": [1, 1, 2]},
+    )
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def build_text_mlp(profile: str) -> Built:
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextMLP
+
+    cfg = text_config(profile)
+    module = Qwen3VLTextMLP(cfg)
+    sample = lambda: Sample(args=(torch.randn(2, 8, cfg.hidden_size),))  # noqa: E731
+    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(3)), evaluation={"default": sample()}))
+
+
+TEXT_PARTS = [
+    Case(name="qwen3_vl_text_mlp", build=build_text_mlp, expected_wrapper="QuantQwen3VLTextMLP",
+         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+         export=_whole_module_export(), **_PART),
+]
+
+CASES = [VISION_MODEL, *VISION_PARTS, *TEXT_PARTS]
