@@ -3,7 +3,8 @@
 Unlike TICO's smoke cases, the inputs are what a model really feeds these layers: RoPE from
 Hugging Face's LlamaRotaryEmbedding (not random cos/sin) and a proper causal additive mask
 (TICO's decoder-layer smoke passes an all-True bool mask, which HF eager adds as +1, so its
-float reference is not causal). Decode variants are not covered yet.
+float reference is not causal). Decode is checked against HF with the past in a DynamicCache;
+the decoder-layer decode variant is not covered yet.
 """
 
 from __future__ import annotations
@@ -167,6 +168,40 @@ _NO_CALIB_GUARD = (
     "CALIB included (the Gemma4 and Qwen3-VL wrappers refuse outside NO_QUANT/QUANT)"
 )
 
+def _decode_sample(config) -> Sample:
+    """One new token at position MAX_SEQ-1 over a (MAX_SEQ-1)-token past, in the wrapper's
+    static-cache layout: past K/V tuples, a (1, 1, MAX_SEQ) additive mask of zeros."""
+    kv = lambda: torch.randn(1, config.num_key_value_heads, MAX_SEQ - 1, config.head_dim)  # noqa: E731
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    rope = LlamaRotaryEmbedding(config)(torch.zeros(1), torch.tensor([[MAX_SEQ - 1]]))
+    return Sample(
+        args=(torch.randn(1, 1, config.hidden_size), rope),
+        kwargs={"attention_mask": torch.zeros(1, 1, MAX_SEQ), "past_key_value": (kv(), kv()), "use_cache": True},
+    )
+
+
+def build_attention_decode(profile: str) -> Built:
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    config = llama_config(profile)
+    module = LlamaAttention(config, layer_idx=0)
+    calibration = tuple(_decode_sample(config) for _ in range(4))
+    return Built(module, CaseInputs(calibration=calibration, evaluation={"default": _decode_sample(config)}))
+
+
+def _hf_decode(reference: torch.nn.Module, sample: Sample):
+    """The same step through HF: the past goes into a DynamicCache, the mask gets its head dim."""
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache()
+    past_k, past_v = sample.kwargs["past_key_value"]
+    cache.update(past_k.clone(), past_v.clone(), layer_idx=0)
+    hidden, rope = sample.args
+    return reference(hidden, position_embeddings=rope, attention_mask=sample.kwargs["attention_mask"].unsqueeze(1),
+                     past_key_values=cache)
+
+
 CASES = [
     Case(
         name="llama_mlp",
@@ -199,6 +234,24 @@ CASES = [
             unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
         ),
         unused_observers={"obs_past_key": _PREFILL_CACHE, "obs_past_value": _PREFILL_CACHE},
+        expected_failures={"export_contract": _NO_CALIB_GUARD},
+    ),
+    Case(
+        name="llama_attention_decode",
+        family="llama",
+        build=build_attention_decode,
+        seed=123,
+        requires=LLAMA_REQUIRES,
+        ptq_config=_reference_eval_config,
+        expected_wrapper="QuantLlamaAttention",
+        reference_call=_hf_decode,
+        # Measured on tico 0.3.0: mean 0.102 / PEIR 0.29 vs HF; Circle replay max 5 / mean 1.44 steps.
+        thresholds=Thresholds(max_mean_abs_diff=0.15, max_peir=0.4, circle_max_steps=5.5, circle_mean_steps=1.75),
+        export=ExportCapability(
+            adapter=lambda root, sample, built: unwrap(root).as_export_module("decode"),
+            args=lambda s: (s.args[0], s.args[1], s.kwargs["attention_mask"], s.kwargs["past_key_value"]),
+            unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
+        ),
         expected_failures={"export_contract": _NO_CALIB_GUARD},
     ),
     Case(

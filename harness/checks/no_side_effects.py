@@ -18,8 +18,10 @@ def run(pipeline) -> CheckResult:
     named.update(dict(fp.named_buffers()))
     originals = {name: (t, t.detach().clone()) for name, t in named.items()}
     sample = pipeline.built.inputs.evaluation["default"]
+    # The float module is called the way the case calls its HF reference.
+    call = pipeline.case.reference_call or (lambda module, s: s.call(module))
     with torch.no_grad():
-        out_before = pipeline.case.output(sample.call(fp)).clone()
+        out_before = pipeline.case.output(call(fp, sample)).clone()
     fp_param_ids = {id(p) for p in fp.parameters()}
     wrapped = wrap_noquant(pipeline.case, fp, pipeline.ptq_config)
     diffs = {name: float((now.detach().float() - was.float()).abs().max())
@@ -31,7 +33,7 @@ def run(pipeline) -> CheckResult:
                     + ", ".join(f"{k} (max |diff| {d:.3g})" for k, d in list(diffs.items())[:3]))
     if pipeline.case.wrap is None:
         with torch.no_grad():
-            out_after = pipeline.case.output(sample.call(fp))
+            out_after = pipeline.case.output(call(fp, sample))
         if not torch.equal(out_before, out_after):
             result.fail(f"the float module's own output changed after wrapping (max |diff| "
                         f"{float((out_before - out_after).abs().max()):.3g})")
