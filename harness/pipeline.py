@@ -148,26 +148,17 @@ class Pipeline:
             return self._values[name]
         if name in self._errors:
             raise self._errors[name]
+        outermost = not self._running
+        guarded = outermost and self._guard is not None
+        if guarded:
+            # Whatever changed since the last stage ended was done by the check itself.
+            self._guard_mutations += self._diff(self._guard)
         start = time.perf_counter()
+        self._running.append(name)
         try:
             # Only the outermost stage arms the timer; inner stages it computes share its budget.
-            limit = self.settings.stage_timeout if not self._running else None
-            outermost = not self._running
-            if outermost and self._guard is not None:
-                # Whatever changed since the last stage was done by the check itself.
-                self._guard_mutations += self._diff(self._guard)
-            self._running.append(name)
-            try:
-                with torch.no_grad(), time_limit(limit):
-                    value = compute()
-            finally:
-                self._running.pop()
-                if outermost and self._guard is not None:
-                    # Stage work may legitimately change modules (lazily built observers).
-                    self._guard = None
-                    refresh = True
-                else:
-                    refresh = False
+            with torch.no_grad(), time_limit(self.settings.stage_timeout if outermost else None):
+                self._values[name] = compute()
         except StageError as upstream:
             # A dependency failed: remember it under this name too, without re-running.
             self._errors[name] = upstream
@@ -177,11 +168,12 @@ class Pipeline:
             self._errors[name] = err
             raise err from exc
         finally:
+            self._running.pop()
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
-        self._values[name] = value
-        if refresh:
-            self._guard = self.snapshot()
-        return value
+            if guarded:
+                # Stage work may legitimately change modules (lazily built observers): new baseline.
+                self._guard = self.snapshot()
+        return self._values[name]
 
     # -- stages ------------------------------------------------------------
     @property

@@ -66,3 +66,14 @@ def test_snapshot_detects_in_place_mutation_and_mode_change():
     mutated = pipeline.mutated_since(before)
     assert "quant_output[default]" in mutated
     assert "wrap#modes" in mutated
+
+
+def test_guard_blames_the_check_not_the_stages():
+    pipeline = Pipeline(_counting_case({}), "tiny")
+    pipeline.guard_start()
+    out = pipeline.output("quant", "default")  # stage work may touch modules: not the check's doing
+    assert pipeline.guard_end() == []
+    pipeline.guard_start()
+    out.add_(1.0)  # the check mutates a shared output...
+    pipeline.output("noquant", "default")  # ...then triggers another stage: still caught
+    assert "quant_output[default]" in pipeline.guard_end()
