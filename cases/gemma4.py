@@ -23,6 +23,7 @@ from harness import (
     RotaryTables,
     Sample,
     Thresholds,
+    whole_module_export,
 )
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
@@ -245,11 +246,9 @@ VISION_PARTS = [
         expected_wrapper="QuantGemma4VisionAttention",
         # Circle replay vs torch QUANT: max 5 / mean 0.36 output steps on tico 0.3.0.
         thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.15, circle_max_steps=5.5, circle_mean_steps=0.75),
-        export=ExportCapability(
-            adapter=lambda root, sample, built: root,
+        export=whole_module_export(
             args=lambda s: (s.kwargs["hidden_states"], s.kwargs["position_embeddings"], s.kwargs["attention_mask"]),
             samples=("default", "padded"),
-            refuses_calib=False,
         ),
         **_LAYER_PART,
     ),
@@ -378,7 +377,7 @@ TEXT_PARTS = [
         build=build_text_mlp,
         expected_wrapper="QuantGemma4TextMLP",
         thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
-        export=ExportCapability(adapter=lambda root, sample, built: root, args=lambda s: s.args, refuses_calib=False),
+        export=whole_module_export(),
         **_LAYER_PART,
     ),
 ]

@@ -22,6 +22,7 @@ from harness import (
     RotaryTables,
     Sample,
     Thresholds,
+    whole_module_export,
 )
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
@@ -212,7 +213,7 @@ CASES = [
         ptq_config=_int16_config,
         expected_wrapper="QuantLlamaMLP",
         thresholds=Thresholds(max_mean_abs_diff=1e-3, max_peir=1e-3, circle_max_steps=1.0, circle_mean_steps=0.1),
-        export=ExportCapability(adapter=lambda root, sample, built: root, args=lambda s: s.args, refuses_calib=False),
+        export=whole_module_export(),
     ),
     Case(
         name="llama_attention_prefill",

@@ -8,20 +8,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness import Built, Case, CaseInputs, ExportCapability, Sample, Thresholds
+from harness import Built, Case, CaseInputs, Sample, Thresholds, whole_module_export
 
 
 def _inputs(make, calibration: int, evaluation=None) -> CaseInputs:
     return CaseInputs(
         calibration=tuple(Sample(args=(make(),)) for _ in range(calibration)),
         evaluation={"default": Sample(args=((evaluation or make)(),))},
-    )
-
-
-def _whole_module_export(**kwargs) -> ExportCapability:
-    """The quantized module itself is what gets exported (no static adapter needed)."""
-    return ExportCapability(
-        adapter=lambda root, sample, built: root, args=lambda sample: sample.args, refuses_calib=False, **kwargs
     )
 
 
@@ -99,25 +92,25 @@ CASES = [
     # Thresholds: measured on the pinned stack, with margin (see README for the numbers).
     Case(name="nn_linear", build=build_linear, seed=123, expected_wrapper="QuantLinear",
          thresholds=Thresholds(max_mean_abs_diff=0.06, max_peir=0.08, circle_max_steps=1.0, circle_mean_steps=0.1),
-         export=_whole_module_export(), **_LEAF),
+         export=whole_module_export(), **_LEAF),
     # Circle replay of the decomposed Conv3d differs from torch QUANT by max 4 / mean 0.72 steps.
     Case(name="nn_conv3d", build=build_conv3d, seed=123, expected_wrapper="QuantConv3dDecomposed",
          thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.05, circle_max_steps=4.5, circle_mean_steps=1.0),
-         export=_whole_module_export(),
+         export=whole_module_export(),
          expected_failures={"qparam_audit": (
              "QuantConv3dDecomposed adds the bias as a float constant (bias.reshape(1, C_out, 1, 1), "
              "quant_conv3d_decomposed.py:471) with no qparam in the exported graph")},
          **_LEAF),
     Case(name="nn_conv3d_special_case", build=build_conv3d_patch, seed=123, expected_wrapper="QuantConv3dDecomposed",
          thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.05, circle_max_steps=1.0, circle_mean_steps=0.1),
-         export=_whole_module_export(), **_LEAF),
+         export=whole_module_export(), **_LEAF),
     Case(name="nn_layernorm", build=build_layernorm, seed=123, expected_wrapper="QuantLayerNorm",
          thresholds=Thresholds(max_mean_abs_diff=0.12, max_peir=0.12, circle_max_steps=1.0, circle_mean_steps=0.1),
-         export=_whole_module_export(), **_LEAF),
+         export=whole_module_export(), **_LEAF),
     Case(name="nn_tied_embedding", build=build_tied, seed=123,
          thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.05, circle_max_steps=1.5, circle_mean_steps=0.25),
          wrap=_per_child(_wrap_child), prepare=_per_child(_prepare_child), convert=_per_child(_convert_child),
-         export=_whole_module_export(),
+         export=whole_module_export(),
          not_applicable={
              "wrapper_registry": "the root is a test composite; embed and lm_head are wrapped one by one to keep the tie",
              "ptq_overrides": "the root is a test composite that owns no observer of its own",

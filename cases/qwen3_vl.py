@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import torch
 
-from harness import Built, Case, CaseInputs, ExportCapability, RotaryCapability, RotaryTables, Sample, Thresholds
+from harness import (
+    Built,
+    Case,
+    CaseInputs,
+    ExportCapability,
+    RotaryCapability,
+    RotaryTables,
+    Sample,
+    Thresholds,
+    whole_module_export,
+)
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
 
@@ -173,10 +183,6 @@ VISION_MODEL = Case(
 _PART_GRID = (1, 4, 8)
 
 
-def _whole_module_export() -> ExportCapability:
-    return ExportCapability(adapter=lambda root, sample, built: root, args=lambda s: s.args, refuses_calib=False)
-
-
 def _cu_seqlens(grid: tuple[int, int, int]) -> torch.Tensor:
     t, h, w = grid
     return torch.tensor([i * h * w for i in range(t + 1)], dtype=torch.int32)
@@ -258,7 +264,7 @@ _COPIED_PROJ = (
 VISION_PARTS = [
     Case(name="qwen3_vl_vision_mlp", build=build_vision_mlp, expected_wrapper="QuantQwen3VLVisionMLP",
          thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
-         export=_whole_module_export(), **_PART),
+         export=whole_module_export(), **_PART),
     Case(name="qwen3_vl_vision_attention", build=build_vision_attention, expected_wrapper="QuantQwen3VLVisionAttention",
          thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
          unused_observers={"obs_scaling": _FOLDED_SCALE, "obs_mul_logits_scale": _FOLDED_SCALE},
@@ -269,10 +275,10 @@ VISION_PARTS = [
          expected_failures={"no_side_effects": _IN_PLACE_FOLD}, export=_fixed_grid_export(), **_PART),
     Case(name="qwen3_vl_vision_patch_embed", build=build_patch_embed, expected_wrapper="QuantQwen3VLVisionPatchEmbed",
          thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
-         expected_failures={"no_side_effects": _COPIED_PROJ}, export=_whole_module_export(), **_PART),
+         expected_failures={"no_side_effects": _COPIED_PROJ}, export=whole_module_export(), **_PART),
     Case(name="qwen3_vl_vision_patch_merger", build=build_patch_merger, expected_wrapper="QuantQwen3VLVisionPatchMerger",
          thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
-         export=_whole_module_export(), **_PART),
+         export=whole_module_export(), **_PART),
 ]
 
 # -- text MLP (TICO's tiny text config) ------------------------------------------------------------
@@ -304,7 +310,7 @@ def build_text_mlp(profile: str) -> Built:
 TEXT_PARTS = [
     Case(name="qwen3_vl_text_mlp", build=build_text_mlp, expected_wrapper="QuantQwen3VLTextMLP",
          thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
-         export=_whole_module_export(), **_PART),
+         export=whole_module_export(), **_PART),
 ]
 
 CASES = [VISION_MODEL, *VISION_PARTS, *TEXT_PARTS]

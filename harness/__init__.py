@@ -14,6 +14,7 @@ from harness.case import (
     Sample,
     Thresholds,
     first_tensor,
+    whole_module_export,
 )
 
 __all__ = [
@@ -30,4 +31,5 @@ __all__ = [
     "Sample",
     "Thresholds",
     "first_tensor",
+    "whole_module_export",
 ]

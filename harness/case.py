@@ -125,6 +125,14 @@ class ExportCapability:
     contradicting_args: Callable[[Sample, Built], tuple] | None = None
 
 
+def whole_module_export(
+    args: Callable[[Sample], tuple] = lambda sample: sample.args, **kwargs: Any
+) -> ExportCapability:
+    """Export the wrapped module itself (no static adapter): there is no adapter factory that
+    could refuse CALIB mode, so that probe is off."""
+    return ExportCapability(adapter=lambda root, sample, built: root, args=args, refuses_calib=False, **kwargs)
+
+
 @dataclass(frozen=True)
 class RotaryTables:
     """A wrapper's cos/sin next to Hugging Face's for the same positions."""
