@@ -54,9 +54,10 @@ def update_command(nodeid: str) -> str:
 # -- what is stored ------------------------------------------------------------------
 
 
-def output_observer_scale(pipeline: Pipeline, sample_name: str) -> float | None:
-    """Scale of the observer whose fake-quant produced the QUANT output, found by running a
-    private copy with every observer instrumented (no case annotation needed)."""
+def output_observer_scales(pipeline: Pipeline) -> dict[str, float]:
+    """Per evaluation sample, the scale of the observer whose fake-quant produced the QUANT
+    output, found by running one private copy with every observer instrumented (no case
+    annotation needed). Samples whose output no per-tensor observer produced are absent."""
     from tico.quantization.wrapq.observers.base import ObserverBase
 
     root = copy.deepcopy(pipeline.quantized)
@@ -71,13 +72,15 @@ def output_observer_scale(pipeline: Pipeline, sample_name: str) -> float | None:
                 return out
 
             module.fake_quant = recording
-    with torch.no_grad():
-        out = pipeline.case.output(pipeline.sample(sample_name).call(root))
-    obs = produced.get(out.data_ptr())
-    scale = getattr(obs, "_cached_scale", None)
-    if isinstance(scale, torch.Tensor) and scale.numel() == 1 and float(scale) > 0:
-        return float(scale)
-    return None
+    scales: dict[str, float] = {}
+    for name, sample in pipeline.built.inputs.evaluation.items():
+        produced.clear()
+        with torch.no_grad():
+            out = pipeline.case.output(sample.call(root))
+        scale = getattr(produced.get(out.data_ptr()), "_cached_scale", None)
+        if isinstance(scale, torch.Tensor) and scale.numel() == 1 and float(scale) > 0:
+            scales[name] = float(scale)
+    return scales
 
 
 def collect(pipeline: Pipeline) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
@@ -85,12 +88,12 @@ def collect(pipeline: Pipeline) -> tuple[dict[str, torch.Tensor], dict[str, floa
     from tico.quantization.wrapq.observers.base import ObserverBase
 
     case, tensors, steps = pipeline.case, {}, {}
+    scales = output_observer_scales(pipeline)
     for name in pipeline.built.inputs.evaluation:
         tensors[f"reference_output.{name}"] = pipeline.output("reference", name)
         tensors[f"quant_output.{name}"] = pipeline.output("quant", name)
-        step = output_observer_scale(pipeline, name)
-        if step is not None:
-            steps[f"quant_output.{name}"] = step
+        if name in scales:
+            steps[f"quant_output.{name}"] = scales[name]
     if case.export is not None:
         name = pipeline.export_sample_name
         tensors[f"export_output.{name}"] = pipeline.export_output("quant", name)
