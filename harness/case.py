@@ -217,6 +217,9 @@ class Case:
     build: Callable[[str], Built]
     description: str = ""
     profiles: tuple[str, ...] = ("tiny",)
+    # profiles whose outputs are pinned by committed goldens; the others (real-width nightly
+    # profiles) are gated by thresholds only, and their golden item says so.
+    golden_profiles: tuple[str, ...] = ("tiny",)
     seed: int = 0
     thresholds: Thresholds = Thresholds()
     golden_tolerance: GoldenTolerance = GoldenTolerance()
@@ -265,6 +268,8 @@ class Case:
             or not all(isinstance(p, str) and _NAME_RE.match(p) for p in self.profiles)
         ):
             raise CaseDefinitionError(name, "profiles", "must be a non-empty tuple of profile names")
+        if not isinstance(self.golden_profiles, tuple) or not set(self.golden_profiles) <= set(self.profiles):
+            raise CaseDefinitionError(name, "golden_profiles", f"must be a tuple of profiles the case lists {self.profiles}")
         if not isinstance(self.seed, int):
             raise CaseDefinitionError(name, "seed", f"must be int, got {type(self.seed).__name__}")
         if not isinstance(self.golden_tolerance, GoldenTolerance):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import tomllib
 from pathlib import Path
 
 from harness.case import Case
@@ -18,13 +19,22 @@ BEGIN, END = "<!-- catalog:begin -->", "<!-- catalog:end -->"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_cases(cases_dir: Path = ROOT / "cases") -> list[tuple[str, Case]]:
-    if str(cases_dir.parent) not in sys.path:
-        sys.path.insert(0, str(cases_dir.parent))
+def configured_case_dirs() -> list[Path]:
+    """The case directories pytest collects (``wrapq_cases_dir`` in pyproject.toml)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    dirs = config["tool"]["pytest"]["ini_options"].get("wrapq_cases_dir", "cases")
+    return [ROOT / d for d in dirs.split()]
+
+
+def load_cases(case_dirs: list[Path] | None = None) -> list[tuple[str, Case]]:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     found = []
-    for path in sorted(cases_dir.glob("[!_]*.py")):
-        module = importlib.import_module(f"{cases_dir.name}.{path.stem}")
-        found += [(path.name, case) for case in getattr(module, "CASES", [])]
+    for cases_dir in case_dirs or configured_case_dirs():
+        for path in sorted(cases_dir.glob("[!_]*.py")):
+            module_name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            module = importlib.import_module(module_name)
+            found += [(path.name, case) for case in getattr(module, "CASES", [])]
     return found
 
 

@@ -76,7 +76,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="where golden tensors live (default: <rootdir>/golden)",
     )
-    parser.addini("wrapq_cases_dir", "directory (relative to rootdir) holding case modules", default="cases")
+    parser.addini(
+        "wrapq_cases_dir",
+        "directories (relative to rootdir, one per line) holding case modules; out-of-tree wrapper "
+        "packages add their own case directory here",
+        type="linelist",
+        default=["cases"],
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -90,9 +96,9 @@ def pytest_configure(config: pytest.Config) -> None:
     import torch
 
     torch.set_num_threads(max(1, config.getoption("wrapq_torch_threads")))
-    cases_dir = (config.rootpath / config.getini("wrapq_cases_dir")).resolve()
+    cases_dirs = [(config.rootpath / d).resolve() for d in config.getini("wrapq_cases_dir")]
     profiles = config.getoption("wrapq_profiles") or [DEFAULT_PROFILE]
-    state = _State(cases_dir=cases_dir, profiles=profiles, config=config)
+    state = _State(cases_dirs=cases_dirs, profiles=profiles, config=config)
     config.stash[_STATE] = state
     config.pluginmanager.register(state, "wrapq-state")
 
@@ -100,8 +106,8 @@ def pytest_configure(config: pytest.Config) -> None:
 class _State:
     """Per-process plugin state: the pipeline memo and, on the controller, the collector."""
 
-    def __init__(self, cases_dir: Path, profiles: list[str], config: pytest.Config):
-        self.cases_dir = cases_dir
+    def __init__(self, cases_dirs: list[Path], profiles: list[str], config: pytest.Config):
+        self.cases_dirs = cases_dirs
         self.profiles = profiles
         self.is_worker = hasattr(config, "workerinput")
         report_dir = config.getoption("wrapq_report_dir")
@@ -116,11 +122,13 @@ class _State:
         self.shard_label: str | None = None
         history = config.getoption("wrapq_history")
         self.history_path = (config.rootpath / history) if history else None
-        try:
-            prefix = cases_dir.relative_to(config.rootpath).as_posix() + "/"
-        except ValueError:
-            prefix = cases_dir.as_posix() + "/"
-        self.collector = ResultCollector(case_nodeid_prefix=prefix)
+        prefixes = []
+        for cases_dir in cases_dirs:
+            try:
+                prefixes.append(cases_dir.relative_to(config.rootpath).as_posix() + "/")
+            except ValueError:
+                prefixes.append(cases_dir.as_posix() + "/")
+        self.collector = ResultCollector(case_nodeid_prefixes=tuple(prefixes))
 
     def wants(self, case: Case, profile: str) -> bool:
         return "all" in self.profiles or profile in self.profiles
@@ -164,7 +172,7 @@ _STATE = pytest.StashKey[_State]()
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     state = parent.config.stash[_STATE]
-    if file_path.suffix == ".py" and file_path.parent.resolve() == state.cases_dir and not file_path.name.startswith("_"):
+    if file_path.suffix == ".py" and file_path.parent.resolve() in state.cases_dirs and not file_path.name.startswith("_"):
         return CaseFile.from_parent(parent, path=file_path)
     return None
 
@@ -246,7 +254,7 @@ class CheckItem(pytest.Item):
         if reason:
             reason = f"not applicable: {reason}"
         else:
-            reason = self.check.applies(self.case)
+            reason = self.check.applies(self.case) or self.check.applies_to_profile(self.case, self.profile)
         if reason:
             self._skip(reason)
 

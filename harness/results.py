@@ -76,8 +76,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 class ResultCollector:
     """Folds setup/call/teardown reports of harness items into one record per node id."""
 
-    def __init__(self, case_nodeid_prefix: str):
-        self.prefix = case_nodeid_prefix
+    def __init__(self, case_nodeid_prefixes: tuple[str, ...]):
+        self.prefixes = case_nodeid_prefixes
         self.records: dict[str, dict[str, Any]] = {}
         self.started = time.time()
 
@@ -86,7 +86,7 @@ class ResultCollector:
 
     def add_report(self, report: Any) -> None:
         nodeid = report.nodeid
-        if not nodeid.startswith(self.prefix):
+        if not nodeid.startswith(self.prefixes):
             return
         record = self.records.setdefault(nodeid, self._skeleton(nodeid))
         for key, value in getattr(report, "user_properties", ()):

@@ -29,7 +29,7 @@ def build_linear(profile):
 
 CASES = [
     Case(name="toy_linear", family="nn", build=build_linear, profiles=("tiny", "wide"),
-         thresholds=Thresholds(max_peir=0.3)),
+         golden_profiles=("tiny", "wide"), thresholds=Thresholds(max_peir=0.3)),
     Case(name="toy_future", family="nn", build=build_linear, min_versions={"transformers": "99.0"}),
     Case(name="toy_missing", family="nn", build=build_linear, requires=("no_such_module_xyz",)),
 ]
@@ -107,6 +107,33 @@ def test_skip_reasons_and_results_json(project):
     assert skipped["outcome"] == "skipped" and "no_such_module_xyz" in skipped["message"]
     assert doc["run"]["versions"]["tico"] == "0.3.0"
     assert doc["run"]["counts"] == {"passed": LINEAR_APPLICABLE, "skipped": 3 * N_CHECKS - LINEAR_APPLICABLE}
+
+
+def test_second_case_directory_and_golden_kept_for_tiny_only(pytester):
+    """An out-of-tree case directory is collected next to cases/, and a real-width profile
+    without goldens reports its golden item as not applicable (with why), not as missing."""
+    pytester.makeini(INI.replace("wrapq_cases_dir = cases", "wrapq_cases_dir =\n    cases\n    extra/cases")
+                     .replace("testpaths = cases", "testpaths = cases extra/cases"))
+    pytester.mkpydir("cases")
+    (pytester.path / "extra" / "cases").mkdir(parents=True)
+    nightly = textwrap.dedent(TOY_CASES).split("CASES = [")[0] + textwrap.dedent('''
+        CASES = [Case(name="toy_nightly", family="nn", build=build_linear, profiles=("tiny", "wide"),
+                      thresholds=Thresholds(max_peir=0.3))]
+    ''')
+    (pytester.path / "extra" / "cases" / "nightly.py").write_text(nightly)
+    result = pytester.runpytest_subprocess("--profile", "wide", "-k", "golden or quant_accuracy", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    assert "keeps goldens for profile(s) tiny only; the wide profile is gated by its thresholds" in result.stdout.str()
+    outcomes = {r["nodeid"]: r["outcome"] for r in _results(pytester)["results"]}
+    assert outcomes == {"extra/cases/nightly.py::toy_nightly[wide]::golden": "skipped",
+                        "extra/cases/nightly.py::toy_nightly[wide]::quant_accuracy": "passed"}
+
+
+def test_golden_profiles_must_be_listed_profiles():
+    from harness import CaseDefinitionError
+
+    with pytest.raises(CaseDefinitionError, match="golden_profiles"):
+        Case(name="bad", family="nn", build=lambda p: None, profiles=("wide",))
 
 
 def test_xdist_results_are_merged_on_the_controller(project):

@@ -49,6 +49,8 @@ class Check:
     run: Callable[[Any], CheckResult]
     applies: Callable[[Case], str | None] = lambda case: None
     description: str = ""
+    # like ``applies`` but for one profile of the case (e.g. goldens are kept for some only)
+    applies_to_profile: Callable[[Case, str], str | None] = lambda case, profile: None
 
 
 def requires_capability(capability: str) -> Callable[[Case], str | None]:

@@ -55,4 +55,11 @@ def run(pipeline) -> CheckResult:
     return result
 
 
-CHECK = Check(name="golden", run=run, description=__doc__.splitlines()[0])
+def applies_to_profile(case, profile: str) -> str | None:
+    if profile in case.golden_profiles:
+        return None
+    return (f"not applicable: {case.name!r} keeps goldens for profile(s) {', '.join(case.golden_profiles)} only; "
+            f"the {profile} profile is gated by its thresholds")
+
+
+CHECK = Check(name="golden", run=run, description=__doc__.splitlines()[0], applies_to_profile=applies_to_profile)
