@@ -11,6 +11,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from harness.circle_cache import CacheEntry, CircleCache, Uncacheable, cache_key
 from harness.qparam_audit import AuditResult, audit_exported_program
 
 
@@ -21,6 +22,10 @@ class CircleArtifact:
     path: str | None = None
     output_scales: list[tuple[float, ...]] = field(default_factory=list)
     input_quantization: list[tuple[tuple[float, ...], tuple[int, ...], str] | None] = field(default_factory=list)
+    # "hit", "miss" (converted and stored), "off", or "uncacheable: <why>" (converted).
+    cache_status: str = "off"
+    cache_key: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def export_program(adapter: torch.nn.Module, args: tuple) -> Any:
@@ -49,15 +54,38 @@ def _capture_quantized_program() -> Iterator[dict[str, Any]]:
         convert_module.check_missing_qparam = original
 
 
-def convert_to_circle(program: Any) -> CircleArtifact:
+def _convert(program: Any) -> tuple[bytes, AuditResult]:
     """Convert a private copy (tico's passes mutate the program they are given)."""
-    from tico.circle.runtime.executor import CircleReferenceRuntime
     from tico.utils.convert import convert_exported_module_to_circle
 
     with _capture_quantized_program() as captured, torch.no_grad():
         binary = convert_exported_module_to_circle(copy.deepcopy(program))
     audit = audit_exported_program(captured["program"]) if "program" in captured else AuditResult()
-    artifact = CircleArtifact(binary=binary, audit=audit)
+    return binary, audit
+
+
+def convert_to_circle(program: Any, cache: CircleCache | None = None) -> CircleArtifact:
+    """tico's conversion, through the content-addressed cache when one is given."""
+    from tico.circle.runtime.executor import CircleReferenceRuntime
+
+    status, key, notes = "off", None, []
+    if cache is not None:
+        try:
+            key = cache_key(program)
+        except Uncacheable as why:
+            status = f"uncacheable: {why}"
+    entry = cache.get(key) if key is not None else None
+    if cache is not None:
+        notes += cache.notes
+        cache.notes.clear()
+    if entry is not None:
+        binary, audit, status = entry.binary, entry.audit, "hit"
+    else:
+        binary, audit = _convert(program)
+        if key is not None:
+            cache.put(key, CacheEntry(binary=binary, audit=audit))
+            status = "miss"
+    artifact = CircleArtifact(binary=binary, audit=audit, cache_status=status, cache_key=key, notes=notes)
     runtime_program = CircleReferenceRuntime(binary).program
     for index in runtime_program.outputs:
         q = runtime_program.tensor(index).quantization

@@ -123,6 +123,8 @@ class RunSettings:
     golden_dir: Path = Path("golden")
     update_golden: bool = False
     stage_timeout: float | None = None
+    # content-addressed ExportedProgram -> Circle cache directory (None: always convert)
+    circle_cache_dir: Path | None = None
 
 
 class Pipeline:
@@ -295,7 +297,10 @@ class Pipeline:
         from harness.export import convert_to_circle
 
         def compute() -> Any:
-            artifact = convert_to_circle(self.exported_program)
+            from harness.circle_cache import CircleCache
+
+            cache_dir = self.settings.circle_cache_dir
+            artifact = convert_to_circle(self.exported_program, CircleCache(cache_dir) if cache_dir else None)
             if self.artifact_dir is not None:
                 self.artifact_dir.mkdir(parents=True, exist_ok=True)
                 path = self.artifact_dir / f"{self.case.name}[{self.profile}].q.circle"

@@ -76,6 +76,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="where golden tensors live (default: <rootdir>/golden)",
     )
+    group.addoption(
+        "--circle-cache",
+        dest="wrapq_circle_cache",
+        default=None,
+        help="directory of the content-addressed Circle conversion cache (default: <rootdir>/.wrapq-cache/circle)",
+    )
+    group.addoption(
+        "--no-circle-cache",
+        dest="wrapq_no_circle_cache",
+        action="store_true",
+        help="convert every exported program, reading and writing no cache (a cold run)",
+    )
     parser.addini(
         "wrapq_cases_dir",
         "directories (relative to rootdir, one per line) holding case modules; out-of-tree wrapper "
@@ -117,6 +129,7 @@ class _State:
             golden_dir=Path(golden_dir).resolve() if golden_dir else config.rootpath / "golden",
             update_golden=bool(config.getoption("wrapq_update_golden")),
             stage_timeout=config.getoption("wrapq_stage_timeout") or None,
+            circle_cache_dir=_circle_cache_dir(config),
         )
         self.pipelines = PipelineCache(artifact_dir=self.report_dir / "artifacts", settings=settings)
         self.shard_label: str | None = None
@@ -168,6 +181,13 @@ class _State:
 
 
 _STATE = pytest.StashKey[_State]()
+
+
+def _circle_cache_dir(config: pytest.Config) -> Path | None:
+    if config.getoption("wrapq_no_circle_cache"):
+        return None
+    chosen = config.getoption("wrapq_circle_cache")
+    return Path(chosen).resolve() if chosen else config.rootpath / ".wrapq-cache" / "circle"
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

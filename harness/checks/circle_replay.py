@@ -37,6 +37,8 @@ def run(pipeline) -> CheckResult:
     artifact = pipeline.circle
     result.evidence["circle_file"] = getattr(artifact, "path", None)
     result.evidence["circle_bytes"] = len(artifact.binary)
+    result.evidence["circle_cache"] = artifact.cache_status
+    result.notes += artifact.notes
     _steps(result, pipeline, "fake_quantize", "FAKE_QUANTIZE", th.circle_max_steps, th.circle_mean_steps)
     try:
         pipeline.circle_output("native")

@@ -1,0 +1,187 @@
+"""Content-addressed on-disk cache for tico's ExportedProgram -> Circle conversion.
+
+Conversion is most of a case's export cost, and on a rerun with nothing changed it produces
+the same bytes. The key is computed from the exported program itself -- graph code, every
+node's target, arguments and tensor metadata, source locations, every parameter, buffer and
+constant byte, the input specs -- plus the torch and tico versions, a hash of tico's
+installed source and of the harness code that produces the cached audit. Keying on the
+traced graph (not on case names or versions) keeps the cache sound when a wrapper is edited
+or monkeypatched: a changed computation traces to a different graph or different tensors.
+
+Anything the hasher does not understand makes the program uncacheable (converted every
+time), never a guess. Entries are written atomically; a damaged entry is a miss that gets
+rewritten, with a note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.qparam_audit import AuditResult
+
+KEY_SCHEMA = "circle-cache-v1"
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+# node.meta entries that describe what the node computes or where it came from; others
+# (seq_nr, from_node, ...) are bookkeeping that differs between identical traces.
+_META_KEYS = ("val", "tensor_meta", "stack_trace", "nn_module_stack")
+
+
+class Uncacheable(Exception):
+    """The program holds something the key cannot describe exactly."""
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+    t = tensor.detach().cpu().contiguous()
+    if t.is_quantized or t.layout != torch.strided:
+        raise Uncacheable(f"tensor with layout {t.layout} / quantized={t.is_quantized}")
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def _describe(value: Any) -> str:
+    """A deterministic text for a node argument or metadata value (no object addresses)."""
+    if isinstance(value, torch.Tensor):  # FakeTensor in meta["val"]: only its spec matters
+        return f"T({value.dtype},{tuple(value.shape)},{tuple(value.stride())})"
+    if isinstance(value, torch.fx.Node):
+        return f"%{value.name}"
+    if isinstance(value, (list, tuple)):
+        inner = ",".join(_describe(v) for v in value)
+        return f"{type(value).__name__}[{inner}]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_describe(k)}:{_describe(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
+                          torch.layout, torch.SymInt, torch.SymFloat, torch.SymBool, slice)):
+        return repr(value)
+    if isinstance(value, torch._ops.OpOverload) or callable(value):
+        return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', str(value))}"
+    text = repr(value)
+    if _ADDRESS.search(text):
+        raise Uncacheable(f"cannot describe {type(value).__name__} deterministically")
+    return f"{type(value).__name__}:{text}"
+
+
+def program_fingerprint(program: Any) -> str:
+    """sha256 of everything in an ExportedProgram that conversion could depend on."""
+    h = hashlib.sha256()
+
+    def put(label: str, data: bytes | str) -> None:
+        payload = data.encode() if isinstance(data, str) else data
+        h.update(f"{label}:{len(payload)}:".encode())
+        h.update(payload)
+
+    put("code", program.graph_module.code)
+    for node in program.graph_module.graph.nodes:
+        put("node", f"{node.op}|{node.name}|{_describe(node.target)}|{_describe(node.args)}|{_describe(node.kwargs)}")
+        for key in _META_KEYS:
+            if key in node.meta:
+                value = node.meta[key]
+                if key == "nn_module_stack":  # keyed by object ids; the (path, type) values are the content
+                    value = list(value.values())
+                put(f"meta.{key}", _describe(value))
+    put("signature", _ADDRESS.sub("", str(program.graph_signature)))
+    put("range_constraints", _describe({str(k): str(v) for k, v in program.range_constraints.items()}))
+    for kind, mapping in (("state", program.state_dict), ("constant", program.constants)):
+        for name in sorted(mapping):
+            value = mapping[name]
+            if not isinstance(value, torch.Tensor):
+                raise Uncacheable(f"{kind} {name!r} is a {type(value).__name__}, not a tensor")
+            put(f"{kind}.{name}", f"{value.dtype}|{tuple(value.shape)}|{type(value).__name__}")
+            put(f"{kind}.{name}.bytes", _tensor_bytes(value))
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _package_source_hash(package: str) -> str:
+    """Hash of a package's installed .py files (catches a patched or rebuilt install)."""
+    import importlib
+
+    root = Path(importlib.import_module(package).__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _harness_source_hash() -> str:
+    """The harness code that produces what is cached (conversion call and audit walker)."""
+    here = Path(__file__).parent
+    h = hashlib.sha256()
+    for name in ("circle_cache.py", "export.py", "qparam_audit.py"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()
+
+
+def environment_fingerprint() -> dict[str, str]:
+    return {
+        "schema": KEY_SCHEMA,
+        "torch": torch.__version__,
+        "tico": importlib.metadata.version("tico"),
+        "tico_source": _package_source_hash("tico"),
+        "harness_source": _harness_source_hash(),
+    }
+
+
+def cache_key(program: Any) -> str:
+    env = json.dumps(environment_fingerprint(), sort_keys=True)
+    return hashlib.sha256(f"{env}\n{program_fingerprint(program)}".encode()).hexdigest()
+
+
+@dataclasses.dataclass
+class CacheEntry:
+    binary: bytes
+    audit: AuditResult
+
+
+class CircleCache:
+    """Directory of <key>.circle + <key>.json (audit and the binary's sha256)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.notes: list[str] = []
+
+    def _paths(self, key: str) -> tuple[Path, Path]:
+        folder = self.root / key[:2]
+        return folder / f"{key}.circle", folder / f"{key}.json"
+
+    def get(self, key: str) -> CacheEntry | None:
+        binary_path, meta_path = self._paths(key)
+        if not meta_path.exists() or not binary_path.exists():
+            return None
+        try:
+            meta = json.loads(meta_path.read_text())
+            binary = binary_path.read_bytes()
+            if hashlib.sha256(binary).hexdigest() != meta["binary_sha256"]:
+                raise ValueError("binary does not match its recorded sha256")
+            audit = AuditResult(**meta["audit"])
+        except Exception as exc:  # noqa: BLE001 - a damaged entry is a miss, never a wrong answer
+            self.notes.append(f"circle cache entry {key[:12]} unreadable ({type(exc).__name__}: {exc}); reconverted")
+            return None
+        return CacheEntry(binary=binary, audit=audit)
+
+    def put(self, key: str, entry: CacheEntry) -> None:
+        binary_path, meta_path = self._paths(key)
+        binary_path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"binary_sha256": hashlib.sha256(entry.binary).hexdigest(), "audit": dataclasses.asdict(entry.audit),
+                "environment": environment_fingerprint()}
+        # Binary first, manifest last: a reader sees either no entry or a complete one.
+        for path, data in ((binary_path, entry.binary), (meta_path, json.dumps(meta).encode())):
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
