@@ -22,6 +22,7 @@ from harness.checks import all_checks
 from harness.checks.base import Check, CheckResult
 from harness.pipeline import PipelineCache, RunSettings, StageError
 from harness.results import RESULT_PROPERTY, ResultCollector, jsonable
+from harness.scheduling import ShardSpecError, assign_shards, load_durations, longest_first, parse_shard, write_durations
 
 DEFAULT_PROFILE = "tiny"
 
@@ -88,6 +89,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="convert every exported program, reading and writing no cache (a cold run)",
     )
+    group.addoption(
+        "--shard",
+        dest="wrapq_shard",
+        default=None,
+        metavar="i/n",
+        help="run only shard i of n (1-based): case groups split by recorded durations, the same split on every "
+        "machine; merge shard results with `python -m harness.report.merge`",
+    )
+    group.addoption(
+        "--record-durations",
+        dest="wrapq_record_durations",
+        action="store_true",
+        help="write this run's per-case durations into the durations file (longest-first order and shard balance)",
+    )
+    parser.addini("wrapq_durations_file", "recorded per-case durations (relative to rootdir)", default="case_durations.json")
     parser.addini(
         "wrapq_cases_dir",
         "directories (relative to rootdir, one per line) holding case modules; out-of-tree wrapper "
@@ -102,6 +118,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     # Group each case's checks on one worker unless the user chose a distribution mode.
     if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") == "no":
         config.option.dist = "loadscope"
+        # Keep our longest-first collection order (xdist would re-sort scopes by item count).
+        config.option.loadscopereorder = False
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -132,7 +150,15 @@ class _State:
             circle_cache_dir=_circle_cache_dir(config),
         )
         self.pipelines = PipelineCache(artifact_dir=self.report_dir / "artifacts", settings=settings)
-        self.shard_label: str | None = None
+        shard = config.getoption("wrapq_shard")
+        try:
+            self.shard: tuple[int, int] | None = parse_shard(shard) if shard else None
+        except ShardSpecError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.shard_label: str | None = shard
+        self.durations_path = config.rootpath / config.getini("wrapq_durations_file")
+        self.durations = load_durations(self.durations_path)
+        self.record_durations = bool(config.getoption("wrapq_record_durations"))
         history = config.getoption("wrapq_history")
         self.history_path = (config.rootpath / history) if history else None
         prefixes = []
@@ -165,10 +191,20 @@ class _State:
             self.report_dir / "results.json", exitstatus=int(exitstatus), profiles=self.profiles, extra=extra
         )
         write_report(doc, self.report_dir / "report.html")
+        if self.record_durations:
+            write_durations(self.durations_path, self._group_seconds(), self.durations)
         if self.history_path is not None:
             from harness.report.history import append_run
 
             append_run(self.history_path, doc)
+
+    def _group_seconds(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for record in self.collector.records.values():
+            if record.get("case") and record.get("outcome") not in ("not_run", "crashed"):
+                group = f"{record['case']}[{record['profile']}]"
+                totals[group] = totals.get(group, 0.0) + float(record.get("duration", 0.0))
+        return totals
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         if self.is_worker or config.option.collectonly or not self.collector.records:
@@ -348,6 +384,32 @@ class DefinitionErrorItem(pytest.Item):
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Flag duplicate case names, order case groups longest first, keep only this shard's."""
+    _flag_duplicates(items)
+    state = config.stash[_STATE]
+    groups = {id(item): _group_id(item) for item in items}
+    known = [g for g in groups.values() if g is not None]
+    rank = {group: i for i, group in enumerate(longest_first(known, state.durations))}
+    # Stable sort: a group's checks keep their order; non-case items (definition errors) lead.
+    items.sort(key=lambda item: -1 if groups[id(item)] is None else rank[groups[id(item)]])
+    if state.shard is None:
+        return
+    index, count = state.shard
+    assignment = assign_shards(known, state.durations, count)
+    keep = [item for item in items if groups[id(item)] is None and index == 1
+            or groups[id(item)] is not None and assignment[groups[id(item)]] == index]
+    kept = {id(item) for item in keep}
+    dropped = [item for item in items if id(item) not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
+
+
+def _group_id(item: pytest.Item) -> str | None:
+    return f"{item.case.name}[{item.profile}]" if isinstance(item, CheckItem) else None
+
+
+def _flag_duplicates(items: list[pytest.Item]) -> None:
     """Flag case names defined more than once (every copy fails; none is silently dropped)."""
     definitions: dict[str, set[tuple[str, int]]] = {}
     for item in items:

@@ -29,6 +29,9 @@ def merge(docs: list[dict[str, Any]], *, allow_mixed: bool = False) -> dict[str,
         values = {r.get(field) for r in runs}
         if len(values) > 1 and not allow_mixed:
             raise MergeError(f"shards differ in {field}: {sorted(map(str, values))}; pass --allow-mixed to merge anyway")
+    shards = [r.get("shard") for r in runs]
+    if any(shards) and not allow_mixed:
+        _check_complete_partition(shards)
     seen: dict[str, int] = {}
     results = []
     for i, doc in enumerate(docs):
@@ -56,6 +59,26 @@ def merge(docs: list[dict[str, Any]], *, allow_mixed: bool = False) -> dict[str,
         }
     )
     return {"schema": docs[0].get("schema"), "run": run, "results": results}
+
+
+def _check_complete_partition(labels: list[str | None]) -> None:
+    """Shards of one run are 1/n .. n/n, each once: a missing or repeated shard is lost or
+    double-counted work, so it is refused rather than merged."""
+    parsed = []
+    for label in labels:
+        if not label or "/" not in label:
+            raise MergeError(f"a sharded run cannot be merged with an unsharded one (shard labels: {labels})")
+        index, count = (int(x) for x in label.split("/"))
+        parsed.append((index, count))
+    counts = {count for _, count in parsed}
+    if len(counts) != 1:
+        raise MergeError(f"shards come from different splits: {sorted(labels)}")
+    (count,) = counts
+    indices = sorted(index for index, _ in parsed)
+    if indices != list(range(1, count + 1)):
+        missing = sorted(set(range(1, count + 1)) - set(indices))
+        repeated = sorted({i for i in indices if indices.count(i) > 1})
+        raise MergeError(f"incomplete shard set for n={count}: missing {missing}, repeated {repeated}")
 
 
 def main(argv: list[str] | None = None) -> int:
