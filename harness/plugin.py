@@ -22,6 +22,7 @@ from harness.checks import all_checks
 from harness.checks.base import Check, CheckResult
 from harness.pipeline import PipelineCache, RunSettings, StageError
 from harness.results import RESULT_PROPERTY, ResultCollector, jsonable
+from harness.drift import describe_moves, label_record, read_pins, render_drift_table, version_moves
 from harness.scheduling import ShardSpecError, assign_shards, load_durations, longest_first, parse_shard, write_durations
 
 DEFAULT_PROFILE = "tiny"
@@ -103,6 +104,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="write this run's per-case durations into the durations file (longest-first order and shard balance)",
     )
+    group.addoption(
+        "--drift",
+        dest="wrapq_drift",
+        action="store_true",
+        help="nightly drift mode: label every failure as drift with the package versions that differ from the pins "
+        "(run it in the environment scripts/drift.sh builds)",
+    )
+    parser.addini("wrapq_pins_file", "the pinned gate's constraints (drift mode compares against it)", default="constraints.txt")
     parser.addini("wrapq_durations_file", "recorded per-case durations (relative to rootdir)", default="case_durations.json")
     parser.addini(
         "wrapq_cases_dir",
@@ -159,6 +168,9 @@ class _State:
         self.durations_path = config.rootpath / config.getini("wrapq_durations_file")
         self.durations = load_durations(self.durations_path)
         self.record_durations = bool(config.getoption("wrapq_record_durations"))
+        self.drift_moves: list[dict[str, Any]] | None = None
+        if config.getoption("wrapq_drift"):
+            self.drift_moves = version_moves(read_pins(config.rootpath / config.getini("wrapq_pins_file")))
         history = config.getoption("wrapq_history")
         self.history_path = (config.rootpath / history) if history else None
         prefixes = []
@@ -187,6 +199,10 @@ class _State:
         from harness.report.html import write_report
 
         extra = {"golden_set": golden_set_id(self.pipelines.settings.golden_dir), "shard": self.shard_label}
+        if self.drift_moves is not None:
+            for record in self.collector.records.values():
+                label_record(record, self.drift_moves)
+            extra["drift"] = {"moves": self.drift_moves, "versions": describe_moves(self.drift_moves)}
         doc = self.collector.write(
             self.report_dir / "results.json", exitstatus=int(exitstatus), profiles=self.profiles, extra=extra
         )
@@ -213,6 +229,9 @@ class _State:
 
         terminalreporter.section("wrapq summary")
         terminalreporter.write_line(render_summary_table(self.collector.records))
+        if self.drift_moves is not None:
+            terminalreporter.section("wrapq drift")
+            terminalreporter.write_line(render_drift_table(self.collector.records, self.drift_moves))
         terminalreporter.write_line(f"results: {self.report_dir / 'results.json'}  report: {self.report_dir / 'report.html'}")
 
 

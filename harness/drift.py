@@ -1,0 +1,75 @@
+"""Version drift: the nightly run against newer transformers/tico than the pinned gate.
+
+The pinned stack (constraints.txt) is what a pull request is gated on. A drift run installs
+newer releases (scripts/drift.sh) and runs the same matrix with ``--drift``: every failing,
+erroring or crashing item -- and every strict expectation that now passes -- is labelled
+drift with the versions that moved and the error, in results.json, the terminal and the
+HTML report. A break caused by a new release is then a finding with its cause attached, not
+a crash to dig through, and nothing is skipped to make the run green.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+WATCHED = ("transformers", "tico", "torch", "huggingface_hub", "tokenizers", "safetensors")
+_PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")
+DRIFT_OUTCOMES = {"failed", "error", "crashed"}
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_pins(path: Path) -> dict[str, str]:
+    """``name==version`` lines of a constraints file, by normalised name."""
+    pins = {}
+    for line in Path(path).read_text().splitlines():
+        match = _PIN.match(line)
+        if match:
+            pins[_normal(match.group(1))] = match.group(2)
+    return pins
+
+
+def version_moves(pins: dict[str, str]) -> list[dict[str, str | None]]:
+    """Watched packages whose installed version differs from the pin."""
+    moves = []
+    for name in WATCHED:
+        pinned = pins.get(_normal(name))
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            installed = None
+        if pinned is not None and installed != pinned:
+            moves.append({"package": name, "pinned": pinned, "installed": installed})
+    return moves
+
+
+def describe_moves(moves: list[dict[str, Any]]) -> str:
+    if not moves:
+        return "no watched package differs from its pin"
+    return ", ".join(f"{m['package']} {m['pinned']} -> {m['installed']}" for m in moves)
+
+
+def label_record(record: dict[str, Any], moves: list[dict[str, Any]]) -> None:
+    """Mark one result as drift when it went wrong on the moved stack."""
+    strict_pass = record.get("outcome") == "failed" and "[XPASS(strict)]" in record.get("message", "")
+    if record.get("outcome") in DRIFT_OUTCOMES or strict_pass:
+        lines = [line.strip() for line in record.get("message", "").splitlines() if line.strip()]
+        record["drift"] = {
+            "versions": describe_moves(moves),
+            "error": " | ".join(lines[:3])[:500],
+            "kind": "expected failure now passes" if strict_pass else record["outcome"],
+        }
+
+
+def render_drift_table(records: dict[str, dict[str, Any]], moves: list[dict[str, Any]]) -> str:
+    rows = [[r["nodeid"], r["drift"]["kind"], r["drift"]["error"][:140]]
+            for r in sorted(records.values(), key=lambda r: r["nodeid"]) if r.get("drift")]
+    head = f"drift against the pinned stack: {describe_moves(moves)}; {len(rows)} item(s) drifted"
+    return head if not rows else head + "\n" + tabulate(rows, headers=["item", "kind", "error"], tablefmt="simple")

@@ -1,0 +1,75 @@
+"""Drift mode: on a stack that differs from the pins, every failure is labelled drift with
+the versions that moved and the error; a strict expectation that starts passing is drift too."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from harness.drift import describe_moves, read_pins, version_moves
+
+DRIFT_CASES = '''
+import torch
+from harness import Built, Case, CaseInputs, Sample, Thresholds
+
+
+def build_linear(profile):
+    module = torch.nn.Linear(8, 4)
+    sample = lambda: Sample(args=(torch.randn(2, 8),))
+    return Built(module=module, inputs=CaseInputs(calibration=(sample(),), evaluation={"default": sample()}))
+
+
+def build_broken(profile):
+    raise AttributeError("Qwen3VLModel has no attribute 'get_rope_index' (a moved API)")
+
+
+CASES = [
+    Case(name="too_strict", family="nn", build=build_linear, thresholds=Thresholds(max_peir=1e-12)),
+    Case(name="api_moved", family="nn", build=build_broken),
+    Case(name="fixed_upstream", family="nn", build=build_linear,
+         expected_failures={"noquant_parity": "pretend the wrapper was broken on the pinned stack"}),
+]
+'''
+
+
+def _project(pytester):
+    pytester.makeini("[pytest]\ntestpaths = cases\nwrapq_cases_dir = cases\naddopts = -p no:cacheprovider\n")
+    pytester.mkpydir("cases")
+    (pytester.path / "cases" / "drift.py").write_text(textwrap.dedent(DRIFT_CASES))
+    # The "gate" pins an older transformers than the one installed here.
+    (pytester.path / "constraints.txt").write_text("transformers==5.0.0\ntico==0.3.0\n")
+    return pytester
+
+
+def test_failures_are_labelled_drift_with_versions_and_error(pytester):
+    project = _project(pytester)
+    result = project.runpytest_subprocess("-p", "no:xdist", "--drift", "-k", "quant_accuracy or noquant_parity")
+    out = result.stdout.str()
+    assert "wrapq drift" in out and "transformers 5.0.0 -> 5.22.2" in out
+    doc = json.loads((project.path / "reports" / "results.json").read_text())
+    assert doc["run"]["drift"]["moves"] == [{"package": "transformers", "pinned": "5.0.0", "installed": "5.22.2"}]
+    by_id = {r["nodeid"]: r for r in doc["results"]}
+    strict = by_id["cases/drift.py::too_strict[tiny]::quant_accuracy"]
+    assert strict["drift"]["kind"] == "failed" and "PEIR" in strict["drift"]["error"]
+    moved = by_id["cases/drift.py::api_moved[tiny]::noquant_parity"]
+    assert moved["drift"]["versions"] == "transformers 5.0.0 -> 5.22.2"
+    assert "get_rope_index" in moved["drift"]["error"] and "reference" in moved["drift"]["error"]
+    fixed = by_id["cases/drift.py::fixed_upstream[tiny]::noquant_parity"]
+    assert fixed["drift"]["kind"] == "expected failure now passes"
+    assert "drift" not in by_id["cases/drift.py::too_strict[tiny]::noquant_parity"]  # passed: not drift
+    assert "drift run" in (project.path / "reports" / "report.html").read_text()
+
+
+def test_without_drift_mode_nothing_is_labelled(pytester):
+    project = _project(pytester)
+    project.runpytest_subprocess("-p", "no:xdist", "-k", "too_strict and quant_accuracy")
+    doc = json.loads((project.path / "reports" / "results.json").read_text())
+    assert "drift" not in doc["run"] and not any("drift" in r for r in doc["results"])
+
+
+def test_pins_and_moves(tmp_path):
+    pins = tmp_path / "c.txt"
+    pins.write_text("# comment\nTransformers==5.0.0\ntico == 0.3.0 ; python_version>'3'\nnot-a-pin>=1\n")
+    assert read_pins(pins) == {"transformers": "5.0.0", "tico": "0.3.0"}
+    moves = version_moves(read_pins(pins))
+    assert describe_moves(moves) == "transformers 5.0.0 -> 5.22.2"
