@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import torch
 
 from harness.case import GoldenTolerance
+from harness.overhead import overhead
 from harness.pipeline import Pipeline, unwrap
 from harness.results import package_versions
 
@@ -179,7 +180,8 @@ def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | N
     }
     tensor_path, manifest_path = paths(golden_dir, pipeline.case.name, pipeline.profile)
     with _case_lock(golden_dir, pipeline.case.name, pipeline.profile):
-        _atomic_write(tensor_path, lambda tmp: save_file(tensors, tmp, metadata={"input_hash": manifest["input_hash"]}))
+        with overhead("golden_io"):
+            _atomic_write(tensor_path, lambda tmp: save_file(tensors, tmp, metadata={"input_hash": manifest["input_hash"]}))
         _atomic_write(manifest_path, lambda tmp: Path(tmp).write_text(json.dumps(manifest, indent=2, sort_keys=True)))
     return manifest
 
@@ -189,6 +191,11 @@ def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | N
 
 def load(golden_dir: Path, case: str, profile: str, nodeid: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Manifest and tensors, verified against each other; GoldenError with the fix otherwise."""
+    with overhead("golden_io"):
+        return _load(golden_dir, case, profile, nodeid)
+
+
+def _load(golden_dir: Path, case: str, profile: str, nodeid: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     from safetensors.torch import load_file
 
     tensor_path, manifest_path = paths(golden_dir, case, profile)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from harness.case import Built, Case, Sample
+from harness.overhead import overhead
 
 
 class StageTimeout(Exception):
@@ -326,6 +327,10 @@ class Pipeline:
     # -- immutability guard -------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Cheap fingerprint of every shared artifact: tensor version counters, modes, buffers."""
+        with overhead("mutation_guard"):
+            return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
         state: dict[str, Any] = {}
 
         def visit(prefix: str, value: Any) -> None:

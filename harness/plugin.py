@@ -9,6 +9,7 @@ controller, which alone writes ``reports/results.json``.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 import time
@@ -22,6 +23,8 @@ from harness.checks import all_checks
 from harness.checks.base import Check, CheckResult
 from harness.pipeline import PipelineCache, RunSettings, StageError
 from harness.results import RESULT_PROPERTY, ResultCollector, jsonable
+from harness.overhead import current_rss_mb, overhead, peak_rss_mb
+from harness.overhead import totals as overhead_totals
 from harness.drift import describe_moves, label_record, read_pins, render_drift_table, version_moves
 from harness.scheduling import ShardSpecError, assign_shards, load_durations, longest_first, parse_shard, write_durations
 
@@ -122,10 +125,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _user_chose_dist(config: pytest.Config) -> bool:
+    args = config.invocation_params.args
+    return any(a in ("--dist", "-d") or a.startswith("--dist=") for a in map(str, args))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     # Group each case's checks on one worker unless the user chose a distribution mode.
-    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") == "no":
+    # xdist's own tryfirst hook may already have turned "-n N" into --dist load, or may run next
+    # (it leaves a mode other than "no" alone), so both values mean "not chosen".
+    if getattr(config.option, "numprocesses", None) and not _user_chose_dist(config) \
+            and getattr(config.option, "dist", "no") in ("no", "load"):
         config.option.dist = "loadscope"
         # Keep our longest-first collection order (xdist would re-sort scopes by item count).
         config.option.loadscopereorder = False
@@ -168,6 +179,9 @@ class _State:
         self.durations_path = config.rootpath / config.getini("wrapq_durations_file")
         self.durations = load_durations(self.durations_path)
         self.record_durations = bool(config.getoption("wrapq_record_durations"))
+        # process name -> overhead totals, peak RSS and RSS after each finished case group
+        self.workers: dict[str, dict[str, Any]] = {}
+        self.rss_after_group: dict[str, float] = {}
         self.drift_moves: list[dict[str, Any]] | None = None
         if config.getoption("wrapq_drift"):
             self.drift_moves = version_moves(read_pins(config.rootpath / config.getini("wrapq_pins_file")))
@@ -181,6 +195,10 @@ class _State:
                 prefixes.append(cases_dir.as_posix() + "/")
         self.collector = ResultCollector(case_nodeid_prefixes=tuple(prefixes))
 
+    def process_stats(self) -> dict[str, Any]:
+        return {"overhead": overhead_totals(), "peak_rss_mb": round(peak_rss_mb(), 1),
+                "rss_after_group_mb": dict(self.rss_after_group)}
+
     def wants(self, case: Case, profile: str) -> bool:
         return "all" in self.profiles or profile in self.profiles
 
@@ -190,15 +208,38 @@ class _State:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.is_worker:
-            self.collector.add_report(report)
+            with overhead("result_transport"):
+                self.collector.add_report(report)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_collection(self, session: pytest.Session):
+        with overhead("collection"):
+            yield
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """A worker finished: keep its overhead and memory figures for results.json."""
+        stats = getattr(node, "workeroutput", {}).get("wrapq_stats")
+        if stats:
+            self.workers[node.gateway.id] = stats
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.is_worker or session.config.option.collectonly or not self.collector.records:
+        if self.is_worker:
+            session.config.workeroutput["wrapq_stats"] = self.process_stats()
+            return
+        if session.config.option.collectonly or not self.collector.records:
             return  # e.g. `pytest tests`: no case items, so leave the last matrix report alone
+        self._write_reports(exitstatus)  # its cost is measured by the benchmark, which re-renders the doc
+
+    def _write_reports(self, exitstatus: int) -> None:
         from harness.golden import golden_set_id
         from harness.report.html import write_report
 
-        extra = {"golden_set": golden_set_id(self.pipelines.settings.golden_dir), "shard": self.shard_label}
+        workers = dict(self.workers) or {"main": self.process_stats()}
+        if self.workers:
+            workers["controller"] = self.process_stats()
+        extra = {"golden_set": golden_set_id(self.pipelines.settings.golden_dir), "shard": self.shard_label,
+                 "processes": workers}
         if self.drift_moves is not None:
             for record in self.collector.records.values():
                 label_record(record, self.drift_moves)
@@ -318,8 +359,9 @@ class CheckItem(pytest.Item):
         self._record_base = {"case": case.name, "family": case.family, "profile": profile, "check": check.name}
 
     def _record(self, **fields: Any) -> None:
-        record = dict(self._record_base, **fields)
-        self.user_properties.append((RESULT_PROPERTY, jsonable(record)))
+        with overhead("result_transport"):
+            record = dict(self._record_base, **fields)
+            self.user_properties.append((RESULT_PROPERTY, jsonable(record)))
 
     def setup(self) -> None:
         reason = self.case.unavailable_reason()
@@ -446,4 +488,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     same_next = isinstance(nextitem, CheckItem) and (nextitem.case.name, nextitem.profile) == (item.case.name, item.profile)
     if not same_next:
-        item.config.stash[_STATE].pipelines.release(item.case.name, item.profile)
+        state = item.config.stash[_STATE]
+        state.pipelines.release(item.case.name, item.profile)
+        gc.collect()  # drop the group's modules and programs now, not at some later allocation
+        state.rss_after_group[f"{item.case.name}[{item.profile}]"] = round(current_rss_mb(), 1)

@@ -137,10 +137,17 @@ def test_golden_profiles_must_be_listed_profiles():
 
 
 def test_xdist_results_are_merged_on_the_controller(project):
-    result = project.runpytest_subprocess("-n", "2", "--profile", "tiny", "--profile", "wide")
+    result = project.runpytest_subprocess("-n", "2", "-v", "--profile", "tiny", "--profile", "wide")
     # toy_linear runs in both profiles; the two unavailable cases list only "tiny".
     result.assert_outcomes(passed=2 * LINEAR_APPLICABLE, skipped=2 * (N_CHECKS - LINEAR_APPLICABLE) + 2 * N_CHECKS)
-    assert "loadscope" in result.stdout.str() or "created: 2/2 workers" in result.stdout.str()
+    assert "scheduling tests via LoadScopeScheduling" in result.stdout.str()
+    # loadscope: every check of one (case, profile) ran on one worker, sharing its pipeline.
+    workers: dict[str, set[str]] = {}
+    for line in result.outlines:
+        if line.startswith("[gw") and "::" in line:
+            group = line.split()[-1].rsplit("::", 1)[0]
+            workers.setdefault(group, set()).add(line.split()[0])
+    assert len(workers) == 4 and all(len(w) == 1 for w in workers.values()), workers
     doc = _results(project)
     assert len(doc["results"]) == 4 * N_CHECKS
     outcomes = {r["nodeid"]: r["outcome"] for r in doc["results"]}
