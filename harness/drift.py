@@ -15,11 +15,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
 from tabulate import tabulate
 
 WATCHED = ("transformers", "tico", "torch", "huggingface_hub", "tokenizers", "safetensors")
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")
 DRIFT_OUTCOMES = {"failed", "error", "crashed"}
+_WORKER_BANNER = re.compile(r"^\[gw\d+\] \S+ -- Python")
 
 
 def _normal(name: str) -> str:
@@ -45,9 +47,32 @@ def version_moves(pins: dict[str, str]) -> list[dict[str, str | None]]:
             installed = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             installed = None
-        if pinned is not None and installed != pinned:
+        if pinned is not None and not _same_release(installed, pinned):
             moves.append({"package": name, "pinned": pinned, "installed": installed})
     return moves
+
+
+def _same_release(installed: str | None, pinned: str) -> bool:
+    """2.13.0+cpu is the pinned 2.13.0 (a local build label, not a different release)."""
+    if installed is None:
+        return False
+    try:
+        return Version(installed).public == Version(pinned).public
+    except InvalidVersion:
+        return installed == pinned
+
+
+def headline(message: str) -> str:
+    """The line of a failure report that says what went wrong: a failed stage, a check's
+    first problem, or the exception line -- not xdist's worker banner or traceback noise."""
+    lines = [line.strip() for line in message.splitlines() if line.strip() and not _WORKER_BANNER.match(line.strip())]
+    for line in lines:
+        if "stage '" in line or line.startswith("- ") or line.startswith("[XPASS"):
+            return line
+    errors = [line for line in lines if line.startswith("E ")]
+    if errors:
+        return errors[-1].removeprefix("E").strip()
+    return lines[-1] if lines else ""
 
 
 def describe_moves(moves: list[dict[str, Any]]) -> str:
@@ -60,10 +85,9 @@ def label_record(record: dict[str, Any], moves: list[dict[str, Any]]) -> None:
     """Mark one result as drift when it went wrong on the moved stack."""
     strict_pass = record.get("outcome") == "failed" and "[XPASS(strict)]" in record.get("message", "")
     if record.get("outcome") in DRIFT_OUTCOMES or strict_pass:
-        lines = [line.strip() for line in record.get("message", "").splitlines() if line.strip()]
         record["drift"] = {
             "versions": describe_moves(moves),
-            "error": " | ".join(lines[:3])[:500],
+            "error": headline(record.get("message", ""))[:500],
             "kind": "expected failure now passes" if strict_pass else record["outcome"],
         }
 

@@ -50,7 +50,7 @@ def test_failures_are_labelled_drift_with_versions_and_error(pytester):
     assert doc["run"]["drift"]["moves"] == [{"package": "transformers", "pinned": "5.0.0", "installed": "5.22.2"}]
     by_id = {r["nodeid"]: r for r in doc["results"]}
     strict = by_id["cases/drift.py::too_strict[tiny]::quant_accuracy"]
-    assert strict["drift"]["kind"] == "failed" and "PEIR" in strict["drift"]["error"]
+    assert strict["drift"]["kind"] == "failed" and strict["drift"]["error"].startswith("- [default] PEIR")
     moved = by_id["cases/drift.py::api_moved[tiny]::noquant_parity"]
     assert moved["drift"]["versions"] == "transformers 5.0.0 -> 5.22.2"
     assert "get_rope_index" in moved["drift"]["error"] and "reference" in moved["drift"]["error"]
@@ -73,3 +73,15 @@ def test_pins_and_moves(tmp_path):
     assert read_pins(pins) == {"transformers": "5.0.0", "tico": "0.3.0"}
     moves = version_moves(read_pins(pins))
     assert describe_moves(moves) == "transformers 5.0.0 -> 5.22.2"
+
+
+def test_headline_skips_worker_banner_and_finds_the_cause():
+    from harness.drift import _same_release, headline
+
+    banner = "[gw1] linux -- Python 3.11.7 /x/.venv-drift/bin/python\n"
+    assert headline(banner + "m[tiny]: stage 'calibrate' failed: ImportError: cannot import name 'x'\n\ntraceback") \
+        == "m[tiny]: stage 'calibrate' failed: ImportError: cannot import name 'x'"
+    assert headline(banner + "quant_accuracy failed for m[tiny]:\n  - [default] PEIR 0.3 exceeds threshold 0.1") \
+        == "- [default] PEIR 0.3 exceeds threshold 0.1"
+    assert headline(banner + "cls = <class 'CallInfo'>\n>   raise\nE   ImportError: no name 'y'\n") == "ImportError: no name 'y'"
+    assert _same_release("2.13.0+cpu", "2.13.0") and not _same_release("5.24.0", "5.22.2")
