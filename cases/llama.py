@@ -1,10 +1,12 @@
-"""Llama cases: MLP (INT16 policy), attention and decoder layer in prefill mode.
+"""Llama cases: MLP (INT16 policy), attention and decoder layer in prefill and decode mode.
 
 Unlike TICO's smoke cases, the inputs are what a model really feeds these layers: RoPE from
 Hugging Face's LlamaRotaryEmbedding (not random cos/sin) and a proper causal additive mask
 (TICO's decoder-layer smoke passes an all-True bool mask, which HF eager adds as +1, so its
-float reference is not causal). Decode is checked against HF with the past in a DynamicCache;
-the decoder-layer decode variant is not covered yet.
+float reference is not causal). Decode is checked against HF with the past in a DynamicCache.
+The decoder-layer decode case runs tico's default (NPU export) attention profile and feeds a
+partly filled static cache whose empty slots are masked, as a static-shape runtime would; HF
+gets only the filled past.
 """
 
 from __future__ import annotations
@@ -278,3 +280,173 @@ CASES = [
         mask=MaskCapability(probes=_layer_masks),
     ),
 ]
+
+
+# --- decoder layer, decode ------------------------------------------------------------------
+
+
+def hf_rope_at(config, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(1, len(positions), head_dim) cos/sin for arbitrary positions from HF's rotary module."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    return LlamaRotaryEmbedding(config)(torch.zeros(1), torch.tensor([positions]))
+
+
+def pre_negate_sin(rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """tico's default (npu_export) RoPE convention: the first half of sin is negated, so the
+    wrapper's rotate-half needs no negation. Its own inverse."""
+    cos, sin = rope
+    sin = sin.clone()
+    sin[..., : sin.shape[-1] // 2] *= -1
+    return cos, sin
+
+
+def key_fold(config) -> float:
+    """tico's default profile folds the attention scale 1/sqrt(head_dim) into k_proj, so the
+    keys it returns -- and hence the keys a runtime caches and feeds back -- are HF's keys
+    times this factor."""
+    return config.head_dim ** -0.5
+
+
+def _layer_decode_sample(config, filled: int) -> Sample:
+    """One new token at position ``filled`` in the wrapper's static decode layout: a
+    (MAX_SEQ-1)-slot past whose first ``filled`` slots hold real keys/values (the rest are
+    unwritten junk), the new token's K/V appended last, and a (1, 1, MAX_SEQ) additive mask
+    that is FILL on the unwritten slots. RoPE in the wrapper's pre-negated-sin convention,
+    cached keys in its scale-folded domain."""
+    kv = lambda: torch.randn(1, config.num_key_value_heads, MAX_SEQ - 1, config.head_dim)  # noqa: E731
+    mask = torch.zeros(1, 1, MAX_SEQ)
+    mask[..., filled : MAX_SEQ - 1] = FILL
+    return Sample(
+        args=(torch.randn(1, 1, config.hidden_size),),
+        kwargs={
+            "attention_mask": mask,
+            "position_embeddings": pre_negate_sin(hf_rope_at(config, [filled])),
+            "past_key_value": (kv() * key_fold(config), kv()),
+            "use_cache": True,
+        },
+    )
+
+
+def build_decoder_layer_decode(profile: str) -> Built:
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    config = llama_config(profile)
+    module = LlamaDecoderLayer(config, layer_idx=0)
+    calibration = tuple(_layer_decode_sample(config, filled) for filled in (15, 11, 6, 2))
+    evaluation = {"default": _layer_decode_sample(config, 9), "full_cache": _layer_decode_sample(config, MAX_SEQ - 1)}
+    return Built(module, CaseInputs(calibration=calibration, evaluation=evaluation), facts={"config": config})
+
+
+def _hf_layer_decode(reference: torch.nn.Module, sample: Sample):
+    """HF runs the same step with only the written past slots in a DynamicCache (keys taken
+    back out of the wrapper's scale-folded domain) and RoPE from its own rotary module at the
+    new token's position (the number of written slots)."""
+    from transformers.cache_utils import DynamicCache
+
+    mask = sample.kwargs["attention_mask"]
+    written = (mask[0, 0, :-1] == 0).nonzero().flatten()
+    filled = int(written.numel())
+    assert torch.equal(written, torch.arange(filled)), "written slots must be a prefix"
+    past_k, past_v = sample.kwargs["past_key_value"]
+    cache = DynamicCache()
+    config = reference.self_attn.config
+    cache.update(past_k[:, :, :filled] / key_fold(config), past_v[:, :, :filled].clone(), layer_idx=0)
+    (hidden,) = sample.args
+    return reference(hidden, attention_mask=None, past_key_values=cache, use_cache=True,
+                     position_embeddings=hf_rope_at(config, [filled]))
+
+
+def _decode_run(layer_input: torch.Tensor, past_len: int, config, **kwargs):
+    """Run the wrapper on a Q-token block after a ``past_len`` past, without RoPE (and
+    optionally without a mask), so it slices both from its own templates."""
+    kv = lambda: torch.randn(1, config.num_key_value_heads, past_len, config.head_dim)  # noqa: E731
+    past = (kv(), kv())
+    return lambda m: m(layer_input, past_key_value=past, use_cache=True, **kwargs)
+
+
+def _layer_decode_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, built: Built) -> list[RotaryTables]:
+    """Called without position embeddings, the decode path slices RoPE from its templates at
+    the past length. What reaches attention must equal HF's rotary module at those positions
+    (in the pre-negated-sin convention the profile uses)."""
+    config = built.facts["config"]
+    layer = unwrap(wrapped)
+    tables = []
+    for label, past_len, q_len in (("decode_last_slot", MAX_SEQ - 1, 1), ("decode_pos5", 5, 1),
+                                   ("block_after_past8", 8, 4)):
+        hidden = torch.randn(1, q_len, config.hidden_size)
+        used = first_call_kwarg(wrapped, layer.self_attn, _decode_run(hidden, past_len, config),
+                                "position_embeddings")
+        reference_tables = pre_negate_sin(hf_rope_at(config, list(range(past_len, past_len + q_len))))
+        tables.append(RotaryTables(label, tuple(used), reference_tables))
+    return tables
+
+
+def _layer_decode_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
+    """The additive masks the decode path builds itself: the causal-template row for one token
+    after a full past, a causal block after a past, and a bool static-cache mask whose
+    unwritten slots must become FILL."""
+    config = built.facts["config"]
+    layer = unwrap(root)
+    fill = float(layer.qcfg.attention_mask_fill_value)
+    one = torch.randn(1, 1, config.hidden_size)
+    row = first_call_kwarg(root, layer.self_attn, _decode_run(one, MAX_SEQ - 1, config), "attention_mask")
+    block = first_call_kwarg(root, layer.self_attn, _decode_run(torch.randn(1, 4, config.hidden_size), 8, config),
+                             "attention_mask")
+    keep = torch.ones(1, 1, MAX_SEQ, dtype=torch.bool)
+    keep[..., 9 : MAX_SEQ - 1] = False  # 9 written slots, the new token last
+    slots = first_call_kwarg(root, layer.self_attn, _decode_run(one, MAX_SEQ - 1, config, attention_mask=keep),
+                             "attention_mask")
+    block_allowed = torch.arange(12)[None, :] <= (8 + torch.arange(4))[:, None]
+    return [
+        MaskProbe("decode_causal_row", row.reshape(1, 1, MAX_SEQ), torch.ones(1, 1, dtype=torch.bool), fill,
+                  allowed=torch.ones(1, 1, MAX_SEQ, dtype=torch.bool)),
+        MaskProbe("block_after_past8", block.reshape(1, 4, 12), torch.ones(1, 4, dtype=torch.bool), fill,
+                  allowed=block_allowed[None]),
+        MaskProbe("static_cache_bool", slots.reshape(1, 1, MAX_SEQ), torch.ones(1, 1, dtype=torch.bool), fill,
+                  allowed=keep),
+    ]
+
+
+_KEY_FOLD = (
+    "the default (npu_export) profile folds the attention scale into k_proj, so the logits are never "
+    "scaled at runtime: the raw-logit and scale observers serve the scale_fusion='none' profile only"
+)
+_NO_CALIB_GUARD_DECODE = (
+    "QuantLlamaDecoderLayer.as_export_module('decode') builds its decode adapter in any mode, CALIB included "
+    "(the Gemma4 and Qwen3-VL wrappers refuse outside NO_QUANT/QUANT)"
+)
+_SCALED_K_COPY = (
+    "with the attention scale folded into k_proj, QuantLlamaAttention wraps a deep copy of k_proj "
+    "(_clone_projection_with_scale) whose weight stays a trainable nn.Parameter beside the float module's"
+)
+
+CASES.append(
+    Case(
+        name="llama_decoder_layer_decode",
+        family="llama",
+        build=build_decoder_layer_decode,
+        seed=123,
+        requires=LLAMA_REQUIRES,
+        expected_wrapper="QuantLlamaDecoderLayer",
+        reference_call=_hf_layer_decode,
+        # Measured on tico 0.3.0 vs HF: default mean 0.0245 / max 0.0546 / PEIR 0.0166; full_cache
+        # mean 0.0628 / max 0.654 / PEIR 0.136. Circle replay max 1.0 / mean 0.375 steps.
+        thresholds=Thresholds(max_mean_abs_diff=0.085, max_abs_diff=0.85, max_peir=0.18,
+                              circle_max_steps=1.5, circle_mean_steps=0.5),
+        export=ExportCapability(
+            adapter=lambda root, sample, built: unwrap(root).as_export_module("decode", return_kv=True),
+            args=lambda s: (s.args[0], s.kwargs["attention_mask"], s.kwargs["position_embeddings"],
+                            s.kwargs["past_key_value"]),
+            samples=("default", "full_cache"),
+            unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
+            # a past one slot short of what the (1, 1, MAX_SEQ) mask covers
+            contradicting_args=lambda s, built: (s.args[0], s.kwargs["attention_mask"], s.kwargs["position_embeddings"],
+                                                 tuple(t[:, :, 1:] for t in s.kwargs["past_key_value"])),
+        ),
+        unused_observers={"self_attn.wrapped.obs_scale": _KEY_FOLD, "self_attn.wrapped.obs_logits_raw": _KEY_FOLD},
+        expected_failures={"export_contract": _NO_CALIB_GUARD_DECODE, "no_side_effects": _SCALED_K_COPY},
+        rotary=RotaryCapability(tables=_layer_decode_rotary),
+        mask=MaskCapability(probes=_layer_decode_masks),
+    )
+)

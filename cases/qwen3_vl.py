@@ -1,5 +1,8 @@
 """Qwen3-VL cases: the vision model (seed 2's RoPE, resolved in tico 0.3.0 by fixing grid_thw
-in QuantQwen3VLVisionModel's export adapter).
+in QuantQwen3VLVisionModel's export adapter), its parts and the text MLP.
+
+Profiles: "tiny" (TICO's tiny smoke configs) and "e2b_dims" (TICO's qwen3_vl_4b_dims widths,
+one layer/block), for the cases TICO runs at 4B widths.
 
 The HF side of rotary parity follows the pinned transformers API: ``rot_pos_emb`` where the
 model still has it (older releases), else ``vision_utils.get_vision_position_ids`` plus the
@@ -44,12 +47,31 @@ _TINY_VISION = dict(
 )
 
 
+# TICO's qwen3_vl_4b_dims vision widths with one block ("e2b_dims" in this harness).
+_E2B_VISION = dict(
+    hidden_size=1024,
+    intermediate_size=4096,
+    num_heads=16,
+    depth=1,
+    hidden_act="gelu_pytorch_tanh",
+    in_channels=3,
+    temporal_patch_size=2,
+    patch_size=16,
+    out_hidden_size=2560,
+    spatial_merge_size=2,
+    num_position_embeddings=2304,
+    deepstack_visual_indexes=[0],
+)
+_VISION_PROFILES = {"tiny": _TINY_VISION, "e2b_dims": _E2B_VISION}
+PROFILES = ("tiny", "e2b_dims")
+
+
 def vision_config(profile: str):
     from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
 
-    if profile != "tiny":
+    if profile not in _VISION_PROFILES:
         raise ValueError(f"unknown Qwen3-VL vision profile {profile!r}")
-    cfg = Qwen3VLVisionConfig(**_TINY_VISION)
+    cfg = Qwen3VLVisionConfig(**_VISION_PROFILES[profile])
     cfg._attn_implementation = "eager"
     return cfg
 
@@ -144,6 +166,7 @@ VISION_MODEL = Case(
     family="qwen3_vl",
     description="Qwen3VLVisionModel -> QuantQwen3VLVisionModel at fixed grid_thw (seed PR 2)",
     build=build_vision_model,
+    profiles=PROFILES,
     seed=123,
     expected_wrapper="QuantQwen3VLVisionModel",
     expected_observer_count=120,
@@ -251,11 +274,11 @@ def build_patch_embed(profile: str) -> Built:
 
 
 def build_patch_merger(profile: str) -> Built:
-    merge = _TINY_VISION["spatial_merge_size"] ** 2
-    return _vision_part(profile, lambda m: m.merger, lambda m: Sample(args=(torch.randn(2 * merge, m.config.hidden_size),)))
+    return _vision_part(profile, lambda m: m.merger,
+                        lambda m: Sample(args=(torch.randn(2 * m.config.spatial_merge_size**2, m.config.hidden_size),)))
 
 
-_PART = dict(family="qwen3_vl", seed=123, requires=QWEN3_VL_REQUIRES)
+_PART = dict(family="qwen3_vl", seed=123, requires=QWEN3_VL_REQUIRES, profiles=PROFILES)
 _COPIED_PROJ = (
     "QuantQwen3VLVisionPatchEmbed keeps its own trainable copy of the projection weight and bias "
     "beside the float module's Conv3d"
@@ -284,16 +307,27 @@ VISION_PARTS = [
 # -- text MLP (TICO's tiny text config) ------------------------------------------------------------
 
 
-def text_config(profile: str):
+def text_config(profile: str, max_seq: int = 32):
+    """TICO's tiny text config, or its qwen3_vl_4b_dims widths with one layer ("e2b_dims");
+    ``max_seq`` is the static window (max_position_embeddings) the wrappers' masks are built for."""
     from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
 
-    if profile != "tiny":
+    if profile == "tiny":
+        cfg = Qwen3VLTextConfig(
+            vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=2, head_dim=32, max_position_embeddings=max_seq,
+            rope_scaling={"rope_type": "default", "mrope_section": [1, 1, 2]},
+        )
+    elif profile == "e2b_dims":
+        cfg = Qwen3VLTextConfig(
+            vocab_size=151_936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=1, num_attention_heads=32,
+            num_key_value_heads=8, head_dim=128, hidden_act="silu", max_position_embeddings=max_seq, rms_norm_eps=1e-6,
+            attention_bias=False, attention_dropout=0.0, use_cache=False,
+            rope_scaling={"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [24, 20, 20],
+                          "mrope_interleaved": True},
+        )
+    else:
         raise ValueError(f"unknown Qwen3-VL text profile {profile!r}")
-    cfg = Qwen3VLTextConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, head_dim=32, max_position_embeddings=32,
-        rope_scaling={"rope_type": "default", "mrope_section": [1, 1, 2]},
-    )
     cfg._attn_implementation = "eager"
     return cfg
 

@@ -123,6 +123,9 @@ class ExportCapability:
     unsupported_mode: Callable[[torch.nn.Module, Sample, Built], Any] | None = None
     # positional inputs that contradict the adapter's fixed profile -- running them must raise.
     contradicting_args: Callable[[Sample, Built], tuple] | None = None
+    # Why the wrapper builds its adapter in QUANT mode only (None: NO_QUANT must work too); the
+    # NO_QUANT half of dynamic_vs_export is then not compared, and the reason is noted.
+    quant_only: str | None = None
 
 
 def whole_module_export(

@@ -27,6 +27,7 @@ def configured_case_dirs() -> list[Path]:
 
 
 def load_cases(case_dirs: list[Path] | None = None) -> list[tuple[str, Case]]:
+    """(case file relative to the repo root, case) for every collected case."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     found = []
@@ -34,7 +35,7 @@ def load_cases(case_dirs: list[Path] | None = None) -> list[tuple[str, Case]]:
         for path in sorted(cases_dir.glob("[!_]*.py")):
             module_name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
             module = importlib.import_module(module_name)
-            found += [(path.name, case) for case in getattr(module, "CASES", [])]
+            found += [(path.relative_to(ROOT).as_posix(), case) for case in getattr(module, "CASES", [])]
     return found
 
 

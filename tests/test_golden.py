@@ -186,7 +186,7 @@ def test_update_golden_is_the_only_writer(tmp_path):
 def _goldens_via_pytest(golden_dir: Path, *xdist: str) -> dict[str, str]:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, "-k", "golden", "--update-golden",
            "--golden-dir", str(golden_dir), "--wrapq-report-dir", str(golden_dir / "reports")]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:]
     return {
         p.name: json.dumps({k: v["sha256"] for k, v in json.loads(p.read_text())["tensors"].items()}, sort_keys=True)

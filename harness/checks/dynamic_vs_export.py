@@ -14,9 +14,14 @@ _MODE_LABEL = {"noquant": "NO_QUANT", "quant": "QUANT"}
 def run(pipeline) -> CheckResult:
     result = CheckResult()
     th = pipeline.case.thresholds
-    for name in pipeline.case.export.samples:
+    export = pipeline.case.export
+    modes = ("noquant", "quant")
+    if export.quant_only:
+        modes = ("quant",)
+        result.notes.append(f"NO_QUANT not compared: {export.quant_only}")
+    for name in export.samples:
         valid = pipeline.sample(name).valid_tokens
-        for mode in ("noquant", "quant"):
+        for mode in modes:
             metrics, problem = compare_close(
                 f"{_MODE_LABEL[mode]} dynamic forward vs export adapter [{name}]",
                 pipeline.output(mode, name),
