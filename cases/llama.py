@@ -226,8 +226,10 @@ CASES = [
         ptq_config=_reference_eval_config,
         expected_wrapper="QuantLlamaAttention",
         reference_call=_hf_with_4d_mask,
-        # Circle replay vs torch QUANT: max 3 output steps on tico 0.3.0.
-        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.2, circle_max_steps=3.5, circle_mean_steps=0.5),
+        # Circle replay vs torch QUANT: max 3 output steps on tico 0.3.0; the K the adapter also
+        # returns differs by max 19 / mean 0.21 of its steps (V exact): measured, held from growing.
+        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.2, circle_max_steps=3.5, circle_mean_steps=0.5,
+                              circle_extra_max_steps=23.0, circle_extra_mean_steps=0.3),
         # The prefill adapter supports any length up to the static window, so a shorter
         # input is not a contradiction: no contradicting_args probe.
         export=ExportCapability(
@@ -248,8 +250,10 @@ CASES = [
         ptq_config=_reference_eval_config,
         expected_wrapper="QuantLlamaAttention",
         reference_call=_hf_decode,
-        # Measured on tico 0.3.0: mean 0.102 / PEIR 0.29 vs HF; Circle replay max 5 / mean 1.44 steps.
-        thresholds=Thresholds(max_mean_abs_diff=0.15, max_peir=0.4, circle_max_steps=5.5, circle_mean_steps=1.75),
+        # Measured on tico 0.3.0: mean 0.102 / PEIR 0.29 vs HF; Circle replay max 5 / mean 1.44 steps,
+        # and on the returned new K / V max 8.9 / 17.2, mean 1.35 / 2.38 of their steps.
+        thresholds=Thresholds(max_mean_abs_diff=0.15, max_peir=0.4, circle_max_steps=5.5, circle_mean_steps=1.75,
+                              circle_extra_max_steps=21.0, circle_extra_mean_steps=3.0),
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("decode"),
             args=lambda s: (s.args[0], s.args[1], s.kwargs["attention_mask"], s.kwargs["past_key_value"]),
@@ -431,9 +435,12 @@ CASES.append(
         expected_wrapper="QuantLlamaDecoderLayer",
         reference_call=_hf_layer_decode,
         # Measured on tico 0.3.0 vs HF: default mean 0.0245 / max 0.0546 / PEIR 0.0166; full_cache
-        # mean 0.0628 / max 0.654 / PEIR 0.136. Circle replay max 1.0 / mean 0.375 steps.
+        # mean 0.0628 / max 0.654 / PEIR 0.136. Circle replay max 1.0 / mean 0.375 steps; the new K / V
+        # the adapter returns for the cache differ far more: max 26.6 / 25.2, mean 6.3 / 3.7 of their
+        # steps (a systematic Circle-vs-torch gap on the cache outputs, held from growing).
         thresholds=Thresholds(max_mean_abs_diff=0.085, max_abs_diff=0.85, max_peir=0.18,
-                              circle_max_steps=1.5, circle_mean_steps=0.5),
+                              circle_max_steps=1.5, circle_mean_steps=0.5,
+                              circle_extra_max_steps=32.0, circle_extra_mean_steps=7.5),
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("decode", return_kv=True),
             args=lambda s: (s.args[0], s.kwargs["attention_mask"], s.kwargs["position_embeddings"],

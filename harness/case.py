@@ -89,6 +89,10 @@ class Thresholds:
     circle_max_steps: float | None = None
     circle_mean_steps: float | None = None
     circle_native_max_steps: float | None = None
+    # The same for every further output the export adapter returns (e.g. the K/V a layer
+    # hands back for the cache), each in its own output scale. None: the limits above apply.
+    circle_extra_max_steps: float | None = None
+    circle_extra_mean_steps: float | None = None
 
 
 @dataclass(frozen=True)

@@ -258,14 +258,26 @@ class Pipeline:
             lambda: export.adapter(copy.deepcopy(source()), sample, self.built).eval(),
         )
 
-    def export_output(self, mode: str, sample_name: str) -> torch.Tensor:
+    def export_raw_output(self, mode: str, sample_name: str) -> Any:
+        """The export adapter's output as it returns it (every output, e.g. hidden + K/V)."""
         export = self.case.export
         assert export is not None
         sample = self.sample(sample_name)
         return self._stage(
-            f"export_output[{mode},{sample_name}]",
-            lambda: self.case.output(self.export_adapter(mode, sample_name)(*export.args(sample))).detach(),
+            f"export_raw_output[{mode},{sample_name}]",
+            lambda: self.export_adapter(mode, sample_name)(*export.args(sample)),
         )
+
+    def export_output(self, mode: str, sample_name: str) -> torch.Tensor:
+        return self._stage(
+            f"export_output[{mode},{sample_name}]",
+            lambda: self.case.output(self.export_raw_output(mode, sample_name)).detach(),
+        )
+
+    def export_output_leaves(self, mode: str, sample_name: str) -> list[torch.Tensor]:
+        """Every tensor the adapter returns, in the order torch.export (and Circle) flatten them."""
+        leaves, _ = torch.utils._pytree.tree_flatten(self.export_raw_output(mode, sample_name))
+        return [leaf.detach() for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
     # -- export once: torch.export -> Circle -> replay ------------------------------
     @property
@@ -311,16 +323,20 @@ class Pipeline:
 
         return self._stage("circle_convert", compute)
 
-    def circle_output(self, mode: str) -> torch.Tensor:
-        """Circle replay output ('fake_quantize' or 'native'), shaped like the torch output."""
+    def circle_outputs(self, mode: str) -> list[torch.Tensor]:
+        """Every Circle replay output ('fake_quantize' or 'native'), each shaped like the torch
+        export output it corresponds to (same flattened order)."""
         from harness.export import replay_circle
 
         sample = self.sample(self.export_sample_name)
 
-        def compute() -> torch.Tensor:
+        def compute() -> list[torch.Tensor]:
             outputs = replay_circle(self.circle, self.case.export.args(sample), mode)
-            reference = self.export_output("quant", self.export_sample_name)
-            return torch.from_numpy(np.asarray(outputs[0])).reshape(reference.shape)
+            references = self.export_output_leaves("quant", self.export_sample_name)
+            if len(outputs) != len(references):
+                raise ValueError(f"the Circle model has {len(outputs)} outputs, the export adapter returns "
+                                 f"{len(references)} tensors")
+            return [torch.from_numpy(np.asarray(out)).reshape(ref.shape) for out, ref in zip(outputs, references)]
 
         return self._stage(f"circle_replay[{mode}]", compute)
 

@@ -81,6 +81,26 @@ def test_circle_replay_catches_serialized_zero_point_off_by_one(monkeypatch):
     assert "Circle FAKE_QUANTIZE mean |diff| in steps" in text and "exceeds threshold 0.75" in text
 
 
+def test_circle_replay_checks_every_output_not_only_the_first(monkeypatch):
+    """A Circle model whose second output (here: sin of the out-of-tree rotary wrapper, as a
+    layer's returned K/V would be) drifts is caught, and the output is named."""
+    import harness.export as export
+    from examples.qwen3_vl_vision_rotary.cases.qwen3_vl_vision_rotary_embedding import CASE as ROTARY
+
+    original = export.replay_circle
+
+    def second_output_off(artifact, args, mode):
+        outputs = original(artifact, args, mode)
+        return [outputs[0], outputs[1] + 0.05] + list(outputs[2:])
+
+    monkeypatch.setattr(export, "replay_circle", second_output_off)
+    result = run_check(ROTARY, "circle_replay")
+    text = problems_text(result)
+    assert "Circle FAKE_QUANTIZE output 1 max |diff| in steps" in text
+    assert "output 0" not in text
+    assert result.metrics["circle_outputs"] == 2
+
+
 def test_qparam_audit_catches_lost_propagation_with_source_lines(monkeypatch):
     """Reproduces the seed PR's situation: structural ops left without qparams."""
     from tico.quantization.passes.propagate_qparam_forward import PropagateQParamForward

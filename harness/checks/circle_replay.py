@@ -9,26 +9,40 @@ from harness.checks.base import Check, CheckResult, requires_capability
 from harness.metrics import as_float, nonfinite_summary
 
 
-def _steps(result: CheckResult, pipeline, mode: str, label: str, max_steps, mean_steps) -> None:
-    torch_out = pipeline.export_output("quant", pipeline.export_sample_name)
-    circle_out = pipeline.circle_output(mode)
-    problem = nonfinite_summary(circle_out)
-    if problem:
-        result.fail(f"Circle {label} output has {problem}")
-        return
-    diff = (as_float(circle_out) - as_float(torch_out)).abs()
-    scales = pipeline.circle.output_scales[0] if pipeline.circle.output_scales else ()
-    metrics = {f"{mode}_max_abs_diff": float(diff.max()), f"{mode}_mean_abs_diff": float(diff.mean())}
-    if len(scales) == 1 and scales[0] > 0:
-        step = scales[0]
-        metrics.update({f"{mode}_max_steps": float(diff.max()) / step, f"{mode}_mean_steps": float(diff.mean()) / step,
-                        "output_scale": step})
-        result.gate(f"Circle {label} max |diff| in steps", metrics[f"{mode}_max_steps"], max_steps)
-        if mean_steps is not None or mode == "fake_quantize":
-            result.gate(f"Circle {label} mean |diff| in steps", metrics[f"{mode}_mean_steps"], mean_steps)
-    else:
-        result.fail(f"Circle {label}: output tensor has no per-tensor scale ({len(scales)} scales), cannot express in steps")
-    result.metrics.update(metrics)
+def _steps(result: CheckResult, pipeline, mode: str, label: str, max_steps, mean_steps,
+           extra_limits: tuple | None = None) -> None:
+    """Every Circle output against the torch QUANT export output it corresponds to, each in
+    steps of its own serialized output scale. Output 0 keeps the plain metric names; further
+    outputs (e.g. the K/V a decoder layer also returns) are suffixed with their index."""
+    torch_outs = pipeline.export_output_leaves("quant", pipeline.export_sample_name)
+    circle_outs = pipeline.circle_outputs(mode)
+    all_scales = pipeline.circle.output_scales
+    for index, (torch_out, circle_out) in enumerate(zip(torch_outs, circle_outs)):
+        tag = "" if index == 0 else f"_out{index}"
+        where = f"Circle {label}" + ("" if len(torch_outs) == 1 else f" output {index}")
+        problem = nonfinite_summary(circle_out)
+        if problem:
+            result.fail(f"{where} has {problem}")
+            continue
+        diff = (as_float(circle_out) - as_float(torch_out)).abs()
+        metrics = {f"{mode}{tag}_max_abs_diff": float(diff.max()), f"{mode}{tag}_mean_abs_diff": float(diff.mean())}
+        scales = all_scales[index] if index < len(all_scales) else ()
+        if len(scales) == 1 and scales[0] > 0:
+            step = scales[0]
+            metrics.update({f"{mode}{tag}_max_steps": float(diff.max()) / step,
+                            f"{mode}{tag}_mean_steps": float(diff.mean()) / step,
+                            f"output{tag}_scale": step})
+            limit_max, limit_mean = max_steps, mean_steps
+            if index > 0 and extra_limits is not None:
+                limit_max = extra_limits[0] if extra_limits[0] is not None else max_steps
+                limit_mean = extra_limits[1] if extra_limits[1] is not None else mean_steps
+            result.gate(f"{where} max |diff| in steps", metrics[f"{mode}{tag}_max_steps"], limit_max)
+            if limit_mean is not None or mode == "fake_quantize":
+                result.gate(f"{where} mean |diff| in steps", metrics[f"{mode}{tag}_mean_steps"], limit_mean)
+        else:
+            result.fail(f"{where}: output tensor has no per-tensor scale ({len(scales)} scales), cannot express in steps")
+        result.metrics.update(metrics)
+    result.metrics["circle_outputs"] = len(circle_outs)
 
 
 def run(pipeline) -> CheckResult:
@@ -39,9 +53,10 @@ def run(pipeline) -> CheckResult:
     result.evidence["circle_bytes"] = len(artifact.binary)
     result.evidence["circle_cache"] = artifact.cache_status
     result.notes += artifact.notes
-    _steps(result, pipeline, "fake_quantize", "FAKE_QUANTIZE", th.circle_max_steps, th.circle_mean_steps)
+    _steps(result, pipeline, "fake_quantize", "FAKE_QUANTIZE", th.circle_max_steps, th.circle_mean_steps,
+           (th.circle_extra_max_steps, th.circle_extra_mean_steps))
     try:
-        pipeline.circle_output("native")
+        pipeline.circle_outputs("native")
     except Exception as exc:  # noqa: BLE001 - the runtime's refusal is the finding
         cause = getattr(exc, "error_text", str(exc)).splitlines()[0]
         result.metrics["native_supported"] = False

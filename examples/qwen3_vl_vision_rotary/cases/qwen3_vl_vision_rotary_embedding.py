@@ -122,17 +122,14 @@ CASE = Case(
         max_abs_diff=0.005,
         max_peir=0.005,
         min_sqnr_db=45.0,
+        # Circle FAKE_QUANTIZE replay of both outputs matched torch QUANT exactly (0 steps).
+        circle_max_steps=0.5,
+        circle_mean_steps=0.1,
     ),
     rotary=RotaryCapability(tables=_rotary_tables),
-    # The module itself is exported, position_ids as an input (no static adapter).
+    # The module itself is exported, position_ids as an input (no static adapter). Circle
+    # replay compares both outputs, cos and sin, each in steps of its own output scale.
     export=whole_module_export(),
-    not_applicable={
-        "circle_replay": (
-            "the module has two outputs (cos, sin) and circle_replay compares the first Circle output "
-            "against the case output (cos | sin); measured during development through a one-output "
-            "probe adapter (torch.cat of cos and sin): FAKE_QUANTIZE max |diff| 0.0 vs torch QUANT"
-        ),
-    },
     expected_failures={
         "qparam_audit": (
             "QuantQwen3VLVisionRotaryEmbedding fake-quantizes only cos and sin: the int -> float cast of "
