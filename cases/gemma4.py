@@ -1,4 +1,8 @@
-"""Gemma4 cases: the vision encoder (seed 1, QuantGemma4VisionEncoder).
+"""Gemma4 cases: the vision encoder (seed 1, QuantGemma4VisionEncoder), its parts, the whole vision
+model, and the text MLP.
+
+Every case here except the padded-calibration variant also runs at TICO's real E2B widths
+(profile ``e2b_dims``: one layer, real projection sizes), as TICO's smoke does for them.
 
 Hugging Face and tico are imported inside builders so a missing or too-old transformers
 skips these cases with a reason instead of breaking collection.
@@ -9,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+from typing import Callable
 
 import torch
 
@@ -27,6 +32,8 @@ from harness import (
 )
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
+
+from cases._gemma4_text_common import text_config as shared_text_config
 
 GEMMA4_REQUIRES = ("transformers.models.gemma4.modeling_gemma4",)
 GEMMA4_MIN_VERSIONS = {"transformers": "5.9"}
@@ -49,12 +56,41 @@ _TINY_VISION = dict(
 )
 
 
+# TICO's "e2b_dims" widths for the vision tower (real Gemma4 E2B projections, patch and
+# position-table sizes), kept to one encoder layer so a case stays a module-level test.
+_E2B_VISION = dict(
+    hidden_size=768,
+    intermediate_size=3072,
+    num_hidden_layers=1,
+    num_attention_heads=12,
+    num_key_value_heads=12,
+    head_dim=64,
+    hidden_activation="gelu_pytorch_tanh",
+    attention_bias=False,
+    attention_dropout=0.0,
+    max_position_embeddings=131_072,
+    rms_norm_eps=1e-6,
+    pooling_kernel_size=3,
+    patch_size=16,
+    position_embedding_size=10_240,
+    use_clipped_linears=True,
+    rope_parameters={"rope_type": "default", "rope_theta": 100.0},
+    standardize=False,
+    allow_global_per_layer_attribute_access=True,
+)
+
+_VISION_PROFILES = {"tiny": _TINY_VISION, "e2b_dims": _E2B_VISION}
+
+# Cases whose builders accept TICO's real-width profile (its _GEMMA4_E2B_DIMS_SUPPORTED_CASES).
+E2B_PROFILES = ("tiny", "e2b_dims")
+
+
 def vision_config(profile: str):
     from transformers.models.gemma4.configuration_gemma4 import Gemma4VisionConfig
 
-    if profile != "tiny":
+    if profile not in _VISION_PROFILES:
         raise ValueError(f"unknown Gemma4 vision profile {profile!r}")
-    cfg = Gemma4VisionConfig(**_TINY_VISION)
+    cfg = Gemma4VisionConfig(**_VISION_PROFILES[profile])
     cfg._attn_implementation = "eager"
     return cfg
 
@@ -113,40 +149,71 @@ def _encoder_adapter(root: torch.nn.Module, sample: Sample, built: Built) -> tor
     return unwrap(root).as_export_module("prefill", pixel_position_ids=sample.kwargs["pixel_position_ids"])
 
 
-def _encoder_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, built: Built) -> list[RotaryTables]:
-    """Tables reaching the first encoder layer (dynamic path) and baked into the export
-    adapter, each against HF Gemma4VisionRotaryEmbedding for the same pixel_position_ids."""
-    encoder = unwrap(wrapped)
-    tables = []
-    for label, sample in built.facts["rotary_probes"].items():
-        positions = sample.kwargs["pixel_position_ids"]
-        hidden = sample.kwargs["inputs_embeds"]
-        hf_cos, hf_sin = reference.rotary_emb(hidden, positions)
-        used = first_call_kwarg(wrapped, encoder.layers[0], sample.call, "position_embeddings")
-        tables.append(RotaryTables(f"dynamic:{label}", tuple(used), (hf_cos, hf_sin), sample.valid_tokens))
-        adapter_owner = unwrap(copy.deepcopy(wrapped))
-        adapter_owner.as_export_module("prefill", pixel_position_ids=positions)
-        baked = (adapter_owner.position_embeddings_cos_template, adapter_owner.position_embeddings_sin_template)
-        tables.append(RotaryTables(f"export:{label}", baked, (hf_cos, hf_sin), sample.valid_tokens))
-    return tables
+def _valid_patches(positions: torch.Tensor) -> torch.Tensor:
+    """Patch slots that hold an image patch (padding slots carry position (-1, -1))."""
+    return positions[..., 0] >= 0
 
 
-def _encoder_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
-    """The additive mask that reaches the first encoder layer, on the dynamic path and through
-    the export adapter, for every evaluation sample -- in whatever mode ``root`` is in."""
-    encoder = unwrap(root)
-    fill = float(encoder.qcfg.attention_mask_fill_value)
-    probes = []
-    for name, sample in built.inputs.evaluation.items():
-        used = first_call_kwarg(root, encoder.layers[0], sample.call, "attention_mask")
-        probes.append(MaskProbe(f"dynamic:{name}", used, sample.valid_tokens, fill))
-        owner = copy.deepcopy(root)
-        adapter = _encoder_adapter(owner, sample, built)
-        baked = first_call_kwarg(
-            adapter, unwrap(owner).layers[0], lambda m: m(sample.kwargs["inputs_embeds"]), "attention_mask"
-        )
-        probes.append(MaskProbe(f"export:{name}", baked, sample.valid_tokens, fill))
-    return probes
+@dataclasses.dataclass(frozen=True)
+class VisionEncoderSite:
+    """Where a case's module holds the Gemma4 vision encoder, so the encoder's RoPE and mask
+    probes serve both the encoder case and the vision-model case that contains it.
+
+    ``encoder(root)``: the QuantGemma4VisionEncoder inside a wrapped tree; ``hf_encoder(ref)``:
+    the Hugging Face encoder inside the reference; ``adapter(root, sample, built)``: the export
+    adapter (mutates ``root``); ``adapter_args(sample)``: its runtime inputs;
+    ``positions(sample)``: the sample's pixel_position_ids; ``like(sample)``: a tensor whose
+    dtype the rotary module follows."""
+
+    encoder: Callable[[torch.nn.Module], torch.nn.Module]
+    hf_encoder: Callable[[torch.nn.Module], torch.nn.Module]
+    adapter: Callable[[torch.nn.Module, Sample, Built], torch.nn.Module]
+    adapter_args: Callable[[Sample], tuple]
+    positions: Callable[[Sample], torch.Tensor] = lambda sample: sample.kwargs["pixel_position_ids"]
+    like: Callable[[Sample], torch.Tensor] = lambda sample: sample.kwargs["inputs_embeds"]
+
+    def rotary(self, wrapped: torch.nn.Module, reference: torch.nn.Module, built: Built) -> list[RotaryTables]:
+        """Tables reaching the first encoder layer (dynamic path) and baked into the export
+        adapter, each against HF Gemma4VisionRotaryEmbedding for the same pixel_position_ids."""
+        encoder = self.encoder(wrapped)
+        tables = []
+        for label, sample in built.facts["rotary_probes"].items():
+            positions = self.positions(sample)
+            valid = _valid_patches(positions)
+            hf_cos, hf_sin = self.hf_encoder(reference).rotary_emb(self.like(sample), positions)
+            used = first_call_kwarg(wrapped, encoder.layers[0], sample.call, "position_embeddings")
+            tables.append(RotaryTables(f"dynamic:{label}", tuple(used), (hf_cos, hf_sin), valid))
+            owner = copy.deepcopy(wrapped)
+            self.adapter(owner, sample, built)
+            baked_on = self.encoder(owner)
+            baked = (baked_on.position_embeddings_cos_template, baked_on.position_embeddings_sin_template)
+            tables.append(RotaryTables(f"export:{label}", baked, (hf_cos, hf_sin), valid))
+        return tables
+
+    def masks(self, root: torch.nn.Module, built: Built) -> list[MaskProbe]:
+        """The additive mask that reaches the first encoder layer, on the dynamic path and
+        through the export adapter, for every evaluation sample -- in whatever mode ``root`` is in."""
+        fill = float(self.encoder(root).qcfg.attention_mask_fill_value)
+        probes = []
+        for name, sample in built.inputs.evaluation.items():
+            valid = _valid_patches(self.positions(sample))
+            used = first_call_kwarg(root, self.encoder(root).layers[0], sample.call, "attention_mask")
+            probes.append(MaskProbe(f"dynamic:{name}", used, valid, fill))
+            owner = copy.deepcopy(root)
+            adapter = self.adapter(owner, sample, built)
+            baked = first_call_kwarg(
+                adapter, self.encoder(owner).layers[0], lambda m: m(*self.adapter_args(sample)), "attention_mask"
+            )
+            probes.append(MaskProbe(f"export:{name}", baked, valid, fill))
+        return probes
+
+
+_ENCODER_SITE = VisionEncoderSite(
+    encoder=unwrap,
+    hf_encoder=lambda reference: reference,
+    adapter=_encoder_adapter,
+    adapter_args=lambda sample: (sample.kwargs["inputs_embeds"],),
+)
 
 
 _PADDING_HAZARD = (
@@ -161,6 +228,7 @@ VISION_ENCODER = Case(
     family="gemma4",
     description="Gemma4VisionEncoder -> QuantGemma4VisionEncoder (seed PR 1)",
     build=build_vision_encoder,
+    profiles=E2B_PROFILES,
     seed=123,
     expected_wrapper="QuantGemma4VisionEncoder",
     expected_observer_count=78,  # 5 encoder-level + 73 in the one encoder layer
@@ -187,8 +255,8 @@ VISION_ENCODER = Case(
         # One patch more than the baked 8-patch profile.
         contradicting_args=lambda sample, built: (torch.cat([sample.kwargs["inputs_embeds"]] * 2, dim=1)[:, :9],),
     ),
-    rotary=RotaryCapability(tables=_encoder_rotary),
-    mask=MaskCapability(probes=_encoder_masks),
+    rotary=RotaryCapability(tables=_ENCODER_SITE.rotary),
+    mask=MaskCapability(probes=_ENCODER_SITE.masks),
     ungated_samples={"padded": _PADDING_HAZARD},
     expected_failures={"mask_quant": _PADDING_HAZARD},
 )
@@ -198,6 +266,7 @@ VISION_ENCODER_PADDED_CALIB = dataclasses.replace(
     name="gemma4_vision_encoder_padded_calib",
     description="QuantGemma4VisionEncoder calibrated with a padded sample too, padded accuracy gated",
     build=functools.partial(build_vision_encoder, calibrate_with_padding=True),
+    profiles=("tiny",),  # a harness variant, not one of TICO's e2b_dims cases
     # Measured: default mean 0.090 / PEIR 0.063; padded mean 0.136.
     thresholds=dataclasses.replace(VISION_ENCODER.thresholds, max_mean_abs_diff=0.15),
     ungated_samples={},
@@ -242,10 +311,13 @@ _LAYER_PART = dict(family="gemma4", seed=123, requires=GEMMA4_REQUIRES, min_vers
 VISION_PARTS = [
     Case(
         name="gemma4_vision_attention",
+        profiles=E2B_PROFILES,
         build=functools.partial(_build_vision_layer_part, pick=lambda enc: enc.layers[0].self_attn),
         expected_wrapper="QuantGemma4VisionAttention",
-        # Circle replay vs torch QUANT: max 5 / mean 0.36 output steps on tico 0.3.0.
-        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.15, circle_max_steps=5.5, circle_mean_steps=0.75),
+        # Circle replay vs torch QUANT: max 5 / mean 0.36 output steps on tico 0.3.0; the attention
+        # weights the module also returns: max 25 / mean 0.23 of their steps (held from growing).
+        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.15, circle_max_steps=5.5, circle_mean_steps=0.75,
+                              circle_extra_max_steps=30.0, circle_extra_mean_steps=0.3),
         export=whole_module_export(
             args=lambda s: (s.kwargs["hidden_states"], s.kwargs["position_embeddings"], s.kwargs["attention_mask"]),
             samples=("default", "padded"),
@@ -254,6 +326,7 @@ VISION_PARTS = [
     ),
     Case(
         name="gemma4_vision_encoder_layer",
+        profiles=E2B_PROFILES,
         build=functools.partial(_build_vision_layer_part, pick=lambda enc: enc.layers[0]),
         expected_wrapper="QuantGemma4VisionEncoderLayer",
         thresholds=Thresholds(max_mean_abs_diff=0.15, max_peir=0.15, circle_max_steps=3.5, circle_mean_steps=0.75),
@@ -274,12 +347,18 @@ VISION_PARTS = [
 
 
 def patch_embedder_config(profile: str):
+    """TICO's own tiny patch-embedder config; at real width it is the E2B vision config."""
     from transformers.models.gemma4.configuration_gemma4 import Gemma4VisionConfig
 
-    if profile != "tiny":
-        raise ValueError(f"unknown Gemma4 patch-embedder profile {profile!r}")
-    return Gemma4VisionConfig(hidden_size=32, patch_size=4, position_embedding_size=8,
-                              allow_global_per_layer_attribute_access=True)
+    if profile == "tiny":
+        return Gemma4VisionConfig(hidden_size=32, patch_size=4, position_embedding_size=8,
+                                  allow_global_per_layer_attribute_access=True)
+    return vision_config(profile)
+
+
+PATCH_EMBEDDER_COPY = (
+    "QuantGemma4VisionPatchEmbedder keeps its own trainable copy of input_proj (weight and bias) "
+    "beside the float module's")
 
 
 def build_patch_embedder(profile: str) -> Built:
@@ -313,12 +392,11 @@ def build_pooler(profile: str) -> Built:
 VISION_PARTS += [
     Case(
         name="gemma4_vision_patch_embedder",
+        profiles=E2B_PROFILES,
         build=build_patch_embedder,
         expected_wrapper="QuantGemma4VisionPatchEmbedder",
         thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.15, circle_max_steps=2.0, circle_mean_steps=0.5),
-        expected_failures={"no_side_effects": (
-            "QuantGemma4VisionPatchEmbedder keeps its own trainable copy of input_proj (weight and bias) "
-            "beside the float module's")},
+        expected_failures={"no_side_effects": PATCH_EMBEDDER_COPY},
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module(
                 mode="prefill", pixel_position_ids=sample.args[1], padding_positions=sample.args[2]),
@@ -328,9 +406,12 @@ VISION_PARTS += [
     ),
     Case(
         name="gemma4_vision_pooler",
+        profiles=E2B_PROFILES,
         build=build_pooler,
         expected_wrapper="QuantGemma4VisionPooler",
-        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+        # Pooled outputs scale with sqrt(width), so mean |d| is gated by SQNR instead: tiny mean 0.027,
+        # PEIR 0.037, SQNR 34.8 dB; e2b_dims mean 0.142, PEIR 0.0054, SQNR 38.1 dB.
+        thresholds=Thresholds(max_peir=0.1, min_sqnr_db=28.0, circle_max_steps=2.0, circle_mean_steps=0.5),
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module(
                 mode="prefill", output_length=sample.kwargs["output_length"],
@@ -341,25 +422,85 @@ VISION_PARTS += [
     ),
 ]
 
+# -- vision model: patch embedder + encoder + pooler + standardization, on pixel patches -----------
+
+
+def vision_model_sample(cfg, positions: torch.Tensor) -> Sample:
+    """Flattened pixel patches as the image processor hands them over: padding slots, marked
+    (-1, -1) in ``positions``, are zero. The output is the stripped (tokens, hidden) matrix of
+    valid soft tokens only, so no ``valid_tokens`` mask applies to it."""
+    pixels = torch.randn(1, positions.shape[1], 3 * cfg.patch_size**2)
+    pixels = pixels.masked_fill(~_valid_patches(positions).unsqueeze(-1), 0.0)
+    return Sample(kwargs={"pixel_values": pixels, "pixel_position_ids": positions, "return_dict": True})
+
+
+def build_vision_model(profile: str) -> Built:
+    """Gemma4VisionModel on TICO's smoke layout: 36 patches on a 6x6 grid, pooled 3x3 into 4 soft
+    tokens, 3 calibration samples. A padded sample (a non-square 6x3 image in the same 36 slots,
+    18 padding slots) exercises the encoder mask and the pooler's padding strip; a wide 12x3 grid
+    probes larger x coordinates."""
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4VisionModel
+
+    cfg = vision_config(profile)
+    module = Gemma4VisionModel(cfg)
+    seq = 36
+    grid = grid_positions(seq, width=6)
+    calibration = tuple(vision_model_sample(cfg, grid) for _ in range(3))
+    default = vision_model_sample(cfg, grid)
+    padded = vision_model_sample(cfg, padded_positions(18, seq, width=6))
+    wide = vision_model_sample(cfg, grid_positions(36, width=12))
+    calibration += (vision_model_sample(cfg, padded_positions(27, seq, width=9)),)
+    inputs = CaseInputs(calibration=calibration, evaluation={"default": default, "padded": padded})
+    return Built(module, inputs, facts={"rotary_probes": {"default": default, "padded": padded, "wide_12x3": wide}})
+
+
+def _vision_model_adapter(root: torch.nn.Module, sample: Sample, built: Built) -> torch.nn.Module:
+    return unwrap(root).as_export_module("prefill", pixel_position_ids=sample.kwargs["pixel_position_ids"])
+
+
+_VISION_MODEL_SITE = VisionEncoderSite(
+    encoder=lambda root: unwrap(unwrap(root).encoder),
+    hf_encoder=lambda reference: reference.encoder,
+    adapter=_vision_model_adapter,
+    adapter_args=lambda sample: (sample.kwargs["pixel_values"],),
+    like=lambda sample: sample.kwargs["pixel_values"],
+)
+
+VISION_MODEL = Case(
+    name="gemma4_vision_model",
+    build=build_vision_model,
+    profiles=E2B_PROFILES,
+    expected_wrapper="QuantGemma4VisionModel",
+    # Gated scale-free: the pooled soft tokens grow with the width (|d| is not comparable across
+    # profiles). Measured tiny: mean 0.113, max 0.449, PEIR 0.0120, SQNR 40.7 dB (padded: mean 0.106,
+    # PEIR 0.0108); e2b_dims: mean 0.827, max 3.76, PEIR 0.0147, SQNR 36.4 dB.
+    # Circle replay (FAKE_QUANTIZE) vs torch QUANT, tiny: max 1.0 / mean 0.25 output steps.
+    # NO_QUANT vs HF: at e2b_dims the soft tokens reach |114| and float32 reordering differs by up to
+    # 6.1e-5 absolute (relative 4e-4 on small elements), hence atol 1e-4 instead of 1e-5.
+    thresholds=Thresholds(max_peir=0.02, min_sqnr_db=32.0,
+                          circle_max_steps=1.5, circle_mean_steps=0.35, noquant_atol=1e-4),
+    export=ExportCapability(
+        adapter=_vision_model_adapter,
+        args=lambda sample: (sample.kwargs["pixel_values"],),
+        samples=("default", "padded"),
+        unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module(
+            "decode", pixel_position_ids=sample.kwargs["pixel_position_ids"]
+        ),
+        # 9 patch slots more than the baked 36-slot profile.
+        contradicting_args=lambda sample, built: (torch.cat([sample.kwargs["pixel_values"]] * 2, dim=1)[:, :45],),
+    ),
+    rotary=RotaryCapability(tables=_VISION_MODEL_SITE.rotary),
+    mask=MaskCapability(probes=_VISION_MODEL_SITE.masks),
+    expected_failures={"no_side_effects": PATCH_EMBEDDER_COPY},
+    **_LAYER_PART,
+)
+
 # -- text MLP (TICO's tiny text config: hidden 64, one full-attention layer) ---------------------
 
 
 def text_config(profile: str):
-    from transformers.models.gemma4.configuration_gemma4 import Gemma4TextConfig
-
-    if profile != "tiny":
-        raise ValueError(f"unknown Gemma4 text profile {profile!r}")
-    cfg = Gemma4TextConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2,
-        num_global_key_value_heads=2, head_dim=32, global_head_dim=32, max_position_embeddings=128,
-        num_hidden_layers=1, layer_types=["full_attention"],
-        rope_parameters={"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
-                                            "rope_theta": 1_000_000.0}},
-        attention_bias=False, attention_dropout=0.0, use_cache=False, enable_moe_block=False,
-        hidden_size_per_layer_input=0, allow_global_per_layer_attribute_access=True,
-    )
-    cfg._attn_implementation = "eager"
-    return cfg
+    """TICO's one-layer (full-attention) Gemma4 text config at the profile's widths."""
+    return shared_text_config(profile, ("full_attention",))
 
 
 def build_text_mlp(profile: str) -> Built:
@@ -374,6 +515,7 @@ def build_text_mlp(profile: str) -> Built:
 TEXT_PARTS = [
     Case(
         name="gemma4_text_mlp",
+        profiles=E2B_PROFILES,
         build=build_text_mlp,
         expected_wrapper="QuantGemma4TextMLP",
         thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
@@ -382,4 +524,4 @@ TEXT_PARTS = [
     ),
 ]
 
-CASES = [VISION_ENCODER, VISION_ENCODER_PADDED_CALIB, *VISION_PARTS, *TEXT_PARTS]
+CASES = [VISION_ENCODER, VISION_ENCODER_PADDED_CALIB, *VISION_PARTS, VISION_MODEL, *TEXT_PARTS]

@@ -353,11 +353,20 @@ class Pipeline:
             if isinstance(value, torch.Tensor):
                 state[prefix] = ("tensor", value._version, value.data_ptr())
             elif isinstance(value, torch.nn.Module):
-                for name, t in list(value.named_parameters()) + list(value.named_buffers()):
-                    state[f"{prefix}.{name}"] = ("tensor", t._version, t.data_ptr())
-                modes = tuple(str(getattr(m, "_mode", "")) for m in value.modules())
-                state[f"{prefix}#modes"] = modes
-                state[f"{prefix}#buffers"] = tuple(name for name, _ in value.named_buffers())
+                # One walk over the module tree (this runs around every stage and check).
+                modes, buffers = [], []
+                for module_name, module in value.named_modules():
+                    modes.append(module.__dict__.get("_mode"))
+                    for kind, tensors in (("p", module._parameters), ("b", module._buffers)):
+                        for name, t in tensors.items():
+                            if t is None:
+                                continue
+                            key = f"{prefix}.{module_name}.{name}" if module_name else f"{prefix}.{name}"
+                            state[key] = ("tensor", t._version, t.data_ptr())
+                            if kind == "b":
+                                buffers.append(key)
+                state[f"{prefix}#modes"] = tuple(modes)
+                state[f"{prefix}#buffers"] = tuple(buffers)
             elif isinstance(value, Built):
                 visit(f"{prefix}.module", value.module)
                 for kind, samples in (("calibration", enumerate(value.inputs.calibration)),

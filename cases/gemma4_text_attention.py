@@ -1,0 +1,270 @@
+"""Gemma4 text attention cases: full, sliding, K=V and shared-KV layers, prefill and decode.
+
+These are the module-level cases TICO's wrapper smoke runs on ``QuantGemma4TextAttention``
+(same names, layer topologies and shapes), with the inputs a real model feeds the layer
+instead of the smoke's random cos/sin and all-zero masks:
+
+- RoPE comes from Hugging Face's ``Gemma4TextRotaryEmbedding`` for the layer's own type
+  (proportional partial RoPE for full-attention layers, default RoPE for sliding ones). The
+  wrapper is run in tico's default ``npu_export`` profile, which consumes sine tables with
+  their first half pre-negated; the samples carry that convention (``flip_sin_half``, the
+  same map as tico's host-side ``prepare_gemma4_rope_sin``) and the Hugging Face reference
+  gets the ordinary sine back.
+- Masks are causal, and sliding-window causal for sliding layers.
+- The decode past is what the layer itself produced for the earlier tokens, and the
+  shared K/V of a KV-sharing consumer is what the producing layer (layer 0) computed;
+  the Hugging Face reference receives them through a ``DynamicCache`` / ``shared_kv_states``.
+
+The wrapper builds a causal mask itself when it gets no mask or a boolean keep mask, so
+every case probes that mask; for sliding layers it ignores the window (see ``_SLIDING_MASK``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from harness import Built, Case, CaseInputs, ExportCapability, MaskCapability, MaskProbe, Sample, Thresholds
+from harness.pipeline import unwrap
+
+from cases._gemma4_text_common import (
+    additive_mask,
+    allowed_pairs,
+    attention_unused,
+    flip_sin_half,
+    hf_rope,
+    npu_export_config,
+    text_config,
+)
+from cases.gemma4 import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
+
+SEQ = 8  # prefill length and decode cache capacity in TICO's smoke cases
+SMOKE_SLIDING_WINDOW = 4  # TICO narrows the window so an 8-token sequence crosses it
+PADDED_KEYS = 2  # left padding used by the mask probes
+
+
+def _attend(module, hidden, positions, mask, **kwargs):
+    """Run a HF Gemma4TextAttention with HF RoPE for ``positions`` (1, S) (no grad)."""
+    with torch.no_grad():
+        return module(hidden, hf_rope(module.config, module.layer_type, positions), mask, **kwargs)
+
+
+def _producer_kv(cfg, layer_type: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """K/V a KV-sharing consumer receives: what the producing layer 0 computes over SEQ tokens
+    (it stores them in ``shared_kv_states``)."""
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
+
+    producer = Gemma4TextAttention(cfg, layer_idx=0).eval()
+    states: dict = {}
+    mask = additive_mask(allowed_pairs(SEQ, window=producer.sliding_window))
+    _attend(producer, torch.randn(1, SEQ, cfg.hidden_size), torch.arange(SEQ)[None], mask, shared_kv_states=states)
+    key, value = states[layer_type]
+    return key.detach().clone(), value.detach().clone()
+
+
+def _own_past_kv(module) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer's own cache after SEQ-1 earlier tokens (positions 0..SEQ-2)."""
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache()
+    past = SEQ - 1
+    mask = additive_mask(allowed_pairs(past, window=module.sliding_window))
+    _attend(module, torch.randn(1, past, module.config.hidden_size), torch.arange(past)[None], mask,
+            shared_kv_states={}, past_key_values=cache)
+    layer = cache.layers[module.layer_idx]
+    return layer.keys.detach().clone(), layer.values.detach().clone()
+
+
+def _sample(module, mode: str, shared_kv) -> Sample:
+    """One call in the wrapper's convention: prefill over SEQ tokens, or one decode token at
+    position SEQ-1 over a (SEQ-1)-token past; causal / sliding-window additive mask."""
+    cfg = module.config
+    q_len = SEQ if mode == "prefill" else 1
+    positions = torch.arange(SEQ - q_len, SEQ)[None]
+    cos, sin = hf_rope(cfg, module.layer_type, positions)
+    kwargs = {
+        "hidden_states": torch.randn(1, q_len, cfg.hidden_size),
+        "position_embeddings": (cos, flip_sin_half(sin)),
+        "attention_mask": additive_mask(allowed_pairs(q_len, SEQ, window=module.sliding_window)),
+    }
+    if module.is_kv_shared_layer:
+        kwargs["shared_key_value"] = shared_kv
+    elif mode == "decode":
+        kwargs["past_key_value"] = _own_past_kv(module)
+    return Sample(kwargs=kwargs)
+
+
+def build_attention(profile: str, *, mode: str, layer_types: tuple[str, ...], layer_idx: int,
+                    k_eq_v: bool = False, shared_layers: int = 0) -> Built:
+    """Gemma4TextAttention for one layer of a short topology, with 3 calibration samples and
+    one evaluation sample (TICO's counts)."""
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
+
+    cfg = text_config(profile, layer_types, k_eq_v=k_eq_v, num_kv_shared_layers=shared_layers,
+                      sliding_window=SMOKE_SLIDING_WINDOW)
+    module = Gemma4TextAttention(cfg, layer_idx=layer_idx).eval()
+    shared_kv = _producer_kv(cfg, module.layer_type) if module.is_kv_shared_layer else None
+    calibration = tuple(_sample(module, mode, shared_kv) for _ in range(3))
+    evaluation = {"default": _sample(module, mode, shared_kv)}
+    facts = {"q_len": SEQ if mode == "prefill" else 1, "k_len": SEQ, "window": module.sliding_window}
+    return Built(module, CaseInputs(calibration=calibration, evaluation=evaluation), facts=facts)
+
+
+def _hf_call(reference: torch.nn.Module, sample: Sample):
+    """The same call through HF: ordinary sine, past K/V in a DynamicCache, shared K/V in
+    ``shared_kv_states`` under the layer type."""
+    from transformers.cache_utils import DynamicCache
+
+    kw = sample.kwargs
+    cos, sin = kw["position_embeddings"]
+    states = {}
+    if "shared_key_value" in kw:
+        states[reference.layer_type] = tuple(t.clone() for t in kw["shared_key_value"])
+    cache = None
+    if "past_key_value" in kw:
+        cache = DynamicCache()
+        past_k, past_v = kw["past_key_value"]
+        cache.update(past_k.clone(), past_v.clone(), layer_idx=reference.layer_idx)
+    return reference(kw["hidden_states"], (cos, flip_sin_half(sin)), kw["attention_mask"], states,
+                     past_key_values=cache)
+
+
+def _export_args(sample: Sample) -> tuple:
+    """Positional inputs of the prefill/decode adapters: (hidden, mask, rope[, past][, shared])."""
+    kw = sample.kwargs
+    args = (kw["hidden_states"], kw["attention_mask"], kw["position_embeddings"])
+    if "past_key_value" in kw:
+        return args + (kw["past_key_value"],)
+    if "shared_key_value" in kw:
+        extra = (None,) if kw["hidden_states"].shape[1] == 1 else ()  # decode: past_key_value slot
+        return args + extra + (kw["shared_key_value"],)
+    return args
+
+
+def _export(mode: str) -> ExportCapability:
+    """The wrapper's own static adapter; K/V deltas returned except for shared-KV consumers
+    (which own no K/V), as TICO's smoke exports it."""
+
+    def adapter(root, sample, built):
+        attn = unwrap(root)
+        return attn.as_export_module(mode, return_kv=not attn.is_kv_shared_layer)
+
+    return ExportCapability(
+        adapter=adapter,
+        args=_export_args,
+        unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
+    )
+
+
+def _mask_probes(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
+    """The mask the wrapper builds itself (no mask given) and from a left-padded boolean keep
+    mask, as handed to attention, against the layer's true causal / sliding-window pattern."""
+    attn = unwrap(root)
+    q_len, k_len, window = built.facts["q_len"], built.facts["k_len"], built.facts["window"]
+    fill = float(attn.qcfg.attention_mask_fill_value)
+    truth = allowed_pairs(q_len, k_len, window=window)
+    keep = torch.ones(1, k_len, dtype=torch.bool)
+    keep[:, :PADDED_KEYS] = False
+    padded_truth = allowed_pairs(q_len, k_len, window=window, keep=keep)
+    with torch.no_grad():
+        own = attn._build_attention_mask(attention_mask=None, q_len=q_len, k_len=k_len, device=torch.device("cpu"))
+        padded = attn._build_attention_mask(attention_mask=keep, q_len=q_len, k_len=k_len, device=torch.device("cpu"))
+    return [
+        MaskProbe("causal_template", own, truth.any(-1), fill, allowed=truth),
+        MaskProbe("left_padded_keep_mask", padded, padded_truth.any(-1), fill, allowed=padded_truth),
+    ]
+
+
+_SLIDING_MASK = (
+    "QuantGemma4TextAttention builds its own mask (no mask, or a boolean keep mask) from a plain causal "
+    "template and never uses the sliding_window it stores, so on a sliding layer keys older than the window "
+    "(query - key >= 4 here) get 0 instead of the fill value"
+)
+_NO_CALIB_GUARD = (
+    "Gemma4 text attention's prefill/decode export adapters run in any mode, CALIB included (no mode check, "
+    "unlike the Gemma4 vision encoder adapter)"
+)
+
+_COMMON = dict(
+    family="gemma4",
+    seed=123,
+    profiles=("tiny", "e2b_dims"),
+    requires=GEMMA4_REQUIRES,
+    min_versions=GEMMA4_MIN_VERSIONS,
+    expected_wrapper="QuantGemma4TextAttention",
+    ptq_config=npu_export_config,
+    reference_call=_hf_call,
+    mask=MaskCapability(probes=_mask_probes),
+    not_applicable={"rotary_parity": (
+        "the attention wrapper takes cos/sin as inputs and neither precomputes nor bakes tables; the inputs "
+        "come from HF Gemma4TextRotaryEmbedding")},
+)
+
+_SLIDING_THEN_FULL = ("sliding_attention", "full_attention")
+
+
+def _case(name: str, mode: str, *, layer_types, layer_idx, thresholds: Thresholds, k_eq_v=False,
+          shared_layers=0, expected_failures=None) -> Case:
+    return Case(
+        name=name,
+        build=functools.partial(build_attention, mode=mode, layer_types=layer_types, layer_idx=layer_idx,
+                                k_eq_v=k_eq_v, shared_layers=shared_layers),
+        thresholds=thresholds,
+        export=_export(mode),
+        expected_failures={"export_contract": _NO_CALIB_GUARD, **(expected_failures or {})},
+        unused_observers=attention_unused(shared_kv=bool(shared_layers)),
+        **_COMMON,
+    )
+
+
+_DECODE_MASK_CALIB = (
+    "calibrated like TICO's decode smoke (every one of the 8 cache slots visible, so each calibration mask is "
+    "all 0), the attn_mask MinMaxObserver ends at min=max=0 -> scale 1 / zero-point 0 (uint8), and the fill "
+    "value of the mask the wrapper builds itself fake-quantizes to 0: padded keys leak (weight 0.125). The "
+    "wrapper observes its {0, fill} mask like an activation instead of pinning the fill into the range"
+)
+_SLIDING = {"mask_fill": _SLIDING_MASK, "mask_quant": _SLIDING_MASK}
+_TWO_FULL = ("full_attention", "full_attention")
+
+# Thresholds: measured on tico 0.3.0 / transformers 5.22.2 (tiny profile) in the comments,
+# limits ~30-50% above them. Circle replay is FAKE_QUANTIZE vs torch QUANT, in output steps.
+CASES = [
+    # mean 0.0171, max 0.149, PEIR 0.050, SQNR 25.2 dB; Circle max 0 / mean 0 steps.
+    _case("gemma4_text_attention_prefill", "prefill", layer_types=_SLIDING_THEN_FULL, layer_idx=1,
+          thresholds=Thresholds(max_mean_abs_diff=0.025, max_abs_diff=0.2, max_peir=0.075, min_sqnr_db=20.0,
+                                circle_max_steps=1.0, circle_mean_steps=0.1)),
+    # mean 0.0876, max 1.022, PEIR 0.296, SQNR 10.3 dB; Circle max 1 / mean 0.047 steps; returned K / V:
+    # max 0.9 / 0.81, mean 0.33 / 0.35 of their steps.
+    _case("gemma4_text_attention_decode", "decode", layer_types=_SLIDING_THEN_FULL, layer_idx=1,
+          thresholds=Thresholds(max_mean_abs_diff=0.12, max_abs_diff=1.4, max_peir=0.4, min_sqnr_db=8.0,
+                                circle_max_steps=1.5, circle_mean_steps=0.1,
+                                circle_extra_max_steps=1.5, circle_extra_mean_steps=0.5),
+          expected_failures={"mask_quant": _DECODE_MASK_CALIB}),
+    # mean 0.0201, max 0.186, PEIR 0.062, SQNR 24.3 dB; Circle max 0 / mean 0 steps.
+    _case("gemma4_text_attention_sliding_prefill", "prefill", layer_types=_SLIDING_THEN_FULL, layer_idx=0,
+          thresholds=Thresholds(max_mean_abs_diff=0.03, max_abs_diff=0.25, max_peir=0.09, min_sqnr_db=19.0,
+                                circle_max_steps=1.0, circle_mean_steps=0.1),
+          expected_failures=_SLIDING),
+    # mean 0.0968, max 0.331, PEIR 0.162, SQNR 10.8 dB; Circle max 2 / mean 0.469 steps.
+    _case("gemma4_text_attention_sliding_decode", "decode", layer_types=_SLIDING_THEN_FULL, layer_idx=0,
+          thresholds=Thresholds(max_mean_abs_diff=0.13, max_abs_diff=0.45, max_peir=0.22, min_sqnr_db=8.5,
+                                circle_max_steps=2.5, circle_mean_steps=0.65),
+          expected_failures=_SLIDING),
+    # mean 0.0290, max 0.113, PEIR 0.041, SQNR 23.1 dB; Circle max 0 / mean 0 steps.
+    _case("gemma4_text_attention_k_eq_v_prefill", "prefill", layer_types=("full_attention",), layer_idx=0,
+          k_eq_v=True,
+          thresholds=Thresholds(max_mean_abs_diff=0.04, max_abs_diff=0.16, max_peir=0.06, min_sqnr_db=18.5,
+                                circle_max_steps=1.0, circle_mean_steps=0.1)),
+    # mean 0.0181, max 0.143, PEIR 0.052, SQNR 25.3 dB; Circle max 0 / mean 0 steps.
+    _case("gemma4_text_attention_shared_kv_prefill", "prefill", layer_types=_TWO_FULL, layer_idx=1,
+          shared_layers=1,
+          thresholds=Thresholds(max_mean_abs_diff=0.025, max_abs_diff=0.2, max_peir=0.075, min_sqnr_db=20.0,
+                                circle_max_steps=1.0, circle_mean_steps=0.1)),
+    # mean 0.0112, max 0.412, PEIR 0.147, SQNR 20.6 dB; Circle max 0 / mean 0 steps.
+    _case("gemma4_text_attention_shared_kv_decode", "decode", layer_types=_TWO_FULL, layer_idx=1,
+          shared_layers=1,
+          thresholds=Thresholds(max_mean_abs_diff=0.016, max_abs_diff=0.55, max_peir=0.2, min_sqnr_db=16.5,
+                                circle_max_steps=1.0, circle_mean_steps=0.1),
+          expected_failures={"mask_quant": _DECODE_MASK_CALIB}),
+]
