@@ -9,7 +9,6 @@ controller, which alone writes ``reports/results.json``.
 
 from __future__ import annotations
 
-import gc
 import importlib
 import sys
 import time
@@ -490,5 +489,6 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if not same_next:
         state = item.config.stash[_STATE]
         state.pipelines.release(item.case.name, item.profile)
-        gc.collect()  # drop the group's modules and programs now, not at some later allocation
+        # No gc.collect(): measured, it found nothing to free after a release (0 objects, RSS
+        # unchanged) and cost ~0.23 s per case group; reference counting frees the group.
         state.rss_after_group[f"{item.case.name}[{item.profile}]"] = round(current_rss_mb(), 1)
