@@ -48,10 +48,21 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
     return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
+def _layout_strides(shape: Any, strides: Any) -> tuple:
+    """Strides with those of size-1 dims blanked: they never change the memory layout, and
+    tracing leaves different values there depending on what ran earlier in the process."""
+    return tuple(None if size == 1 else stride for size, stride in zip(tuple(shape), tuple(strides)))
+
+
 def _describe(value: Any) -> str:
     """A deterministic text for a node argument or metadata value (no object addresses)."""
     if isinstance(value, torch.Tensor):  # FakeTensor in meta["val"]: only its spec matters
-        return f"T({value.dtype},{tuple(value.shape)},{tuple(value.stride())})"
+        return f"T({value.dtype},{tuple(value.shape)},{_layout_strides(value.shape, value.stride())})"
+    if type(value).__name__ == "TensorMetadata" and hasattr(value, "_fields"):
+        fields = value._asdict()
+        fields["stride"] = _layout_strides(fields["shape"], fields["stride"])
+        fields["shape"] = tuple(fields["shape"])
+        return "TensorMetadata" + _describe(fields)
     if isinstance(value, torch.fx.Node):
         return f"%{value.name}"
     if isinstance(value, (list, tuple)):

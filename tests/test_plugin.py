@@ -148,6 +148,13 @@ def test_xdist_results_are_merged_on_the_controller(project):
             group = line.split()[-1].rsplit("::", 1)[0]
             workers.setdefault(group, set()).add(line.split()[0])
     assert len(workers) == 4 and all(len(w) == 1 for w in workers.values()), workers
+    # Each worker reports its own overhead and memory to the controller (the benchmark reads them).
+    processes = _results(project)["run"]["processes"]
+    assert {"gw0", "gw1", "controller"} <= set(processes)
+    for name in ("gw0", "gw1"):
+        assert processes[name]["peak_rss_mb"] > 50 and processes[name]["overhead"]["collection"] > 0
+    ran = {g for name in ("gw0", "gw1") for g in processes[name]["rss_after_group_mb"]}
+    assert ran == {"toy_linear[tiny]", "toy_linear[wide]", "toy_future[tiny]", "toy_missing[tiny]"}
     doc = _results(project)
     assert len(doc["results"]) == 4 * N_CHECKS
     outcomes = {r["nodeid"]: r["outcome"] for r in doc["results"]}
