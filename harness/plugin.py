@@ -141,6 +141,16 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """loadscope, except that an item whose worker died is not handed out again."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from harness.xdist_scheduler import CrashSafeLoadScopeScheduling
+
+    return CrashSafeLoadScopeScheduling(config, log)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     import torch
 

@@ -140,7 +140,7 @@ def test_xdist_results_are_merged_on_the_controller(project):
     result = project.runpytest_subprocess("-n", "2", "-v", "--profile", "tiny", "--profile", "wide")
     # toy_linear runs in both profiles; the two unavailable cases list only "tiny".
     result.assert_outcomes(passed=2 * LINEAR_APPLICABLE, skipped=2 * (N_CHECKS - LINEAR_APPLICABLE) + 2 * N_CHECKS)
-    assert "scheduling tests via LoadScopeScheduling" in result.stdout.str()
+    assert "scheduling tests via CrashSafeLoadScopeScheduling" in result.stdout.str()
     # loadscope: every check of one (case, profile) ran on one worker, sharing its pipeline.
     workers: dict[str, set[str]] = {}
     for line in result.outlines:
