@@ -160,16 +160,16 @@ class CircleCache:
 
     def __init__(self, root: Path):
         self.root = Path(root)
-        self.notes: list[str] = []
 
     def _paths(self, key: str) -> tuple[Path, Path]:
         folder = self.root / key[:2]
         return folder / f"{key}.circle", folder / f"{key}.json"
 
-    def get(self, key: str) -> CacheEntry | None:
+    def get(self, key: str) -> tuple[CacheEntry | None, list[str]]:
+        """The entry (None on a miss) and notes on what was wrong with a damaged one."""
         binary_path, meta_path = self._paths(key)
         if not meta_path.exists() or not binary_path.exists():
-            return None
+            return None, []
         try:
             meta = json.loads(meta_path.read_text())
             binary = binary_path.read_bytes()
@@ -177,9 +177,8 @@ class CircleCache:
                 raise ValueError("binary does not match its recorded sha256")
             audit = AuditResult(**meta["audit"])
         except Exception as exc:  # noqa: BLE001 - a damaged entry is a miss, never a wrong answer
-            self.notes.append(f"circle cache entry {key[:12]} unreadable ({type(exc).__name__}: {exc}); reconverted")
-            return None
-        return CacheEntry(binary=binary, audit=audit)
+            return None, [f"circle cache entry {key[:12]} unreadable ({type(exc).__name__}: {exc}); reconverted"]
+        return CacheEntry(binary=binary, audit=audit), []
 
     def put(self, key: str, entry: CacheEntry) -> None:
         binary_path, meta_path = self._paths(key)

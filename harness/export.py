@@ -68,16 +68,14 @@ def convert_to_circle(program: Any, cache: CircleCache | None = None) -> CircleA
     """tico's conversion, through the content-addressed cache when one is given."""
     from tico.circle.runtime.executor import CircleReferenceRuntime
 
-    status, key, notes = "off", None, []
+    status, key, entry, notes = "off", None, None, []
     if cache is not None:
         try:
             key = cache_key(program)
         except Uncacheable as why:
             status = f"uncacheable: {why}"
-    entry = cache.get(key) if key is not None else None
-    if cache is not None:
-        notes += cache.notes
-        cache.notes.clear()
+        else:
+            entry, notes = cache.get(key)
     if entry is not None:
         binary, audit, status = entry.binary, entry.audit, "hit"
     else:
