@@ -5,9 +5,9 @@
 Over the TICO smoke cases this harness covers (same names), each repetition runs, in turn:
   1. TICO's smoke suite in a fresh process, one case after another with Circle export
      (``run_wrapper_smoke(..., export="circle")``), 1 torch thread -- what TICO does;
-  2. ``pytest -n auto`` over the same cases with every check, cold: a fresh, empty Circle
-     cache and report directory (nothing reused from earlier runs);
-  3. the same command again with the cache step 2 left (warm: a rerun with nothing changed).
+  2. ``pytest -n auto`` over the same cases with every check, cold: fresh, empty Circle and
+     export caches and report directory (nothing reused from earlier runs);
+  3. the same command again with the caches step 2 left (warm: a rerun with nothing changed).
 It prints medians, the ratios harness/TICO, per-stage totals, the harness's own overhead
 (collection, result transport, golden I/O, mutation guard, report rendering) as a share of the
 cold run's worker time, and peak memory per worker. The machine is shared and noisy: only
@@ -81,7 +81,8 @@ def run_harness(cases: list[str], cache_dir: Path) -> tuple[float, dict, float]:
     with tempfile.TemporaryDirectory() as reports:
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider",
-                               "--wrapq-report-dir", reports, "--circle-cache", str(cache_dir), *node_ids],
+                               "--wrapq-report-dir", reports, "--circle-cache", str(cache_dir / "circle"),
+                               "--export-cache", str(cache_dir / "export"), *node_ids],
                               cwd=ROOT, capture_output=True, text=True)
         wall = time.perf_counter() - start
         doc = json.loads((Path(reports) / "results.json").read_text())
@@ -117,10 +118,11 @@ def stage_totals(doc: dict) -> dict[str, float]:
     return totals
 
 
-def cache_statuses(doc: dict) -> dict[str, int]:
+def cache_statuses(doc: dict, which: str = "circle_cache") -> dict[str, int]:
+    """How the Circle ('circle_cache') or export ('export_cache') lookups of a run went."""
     counts: dict[str, int] = {}
     for rec in doc["results"]:
-        status = (rec.get("evidence") or {}).get("circle_cache")
+        status = (rec.get("evidence") or {}).get(which)
         if rec.get("check") == "circle_replay" and status:
             counts[status.split(":")[0]] = counts.get(status.split(":")[0], 0) + 1
     return counts
@@ -161,9 +163,11 @@ def main() -> int:
     print(f"\nTICO smoke (sequential, Circle export): median {med['tico']:.1f} s, peak RSS "
           f"{tico_detail['peak_rss_mb']:.0f} MB" + (f"; TICO-reported failures: {', '.join(failed)}" if failed else ""))
     print(f"harness pytest -n auto, every check, cold:  median {med['cold']:.1f} s  ratio {med['cold'] / med['tico']:.2f}"
-          f"  (target <= 0.70)  circle cache {cache_statuses(cold_doc)}")
+          f"  (target <= 0.70)  circle cache {cache_statuses(cold_doc)}, export cache "
+          f"{cache_statuses(cold_doc, 'export_cache')}")
     print(f"harness pytest -n auto, every check, warm:  median {med['warm']:.1f} s  ratio {med['warm'] / med['tico']:.2f}"
-          f"  (target <= 0.20)  circle cache {cache_statuses(warm_doc)}")
+          f"  (target <= 0.20)  circle cache {cache_statuses(warm_doc)}, export cache "
+          f"{cache_statuses(warm_doc, 'export_cache')}")
     print("\nharness stage totals, cold run (s, summed over cases; lazy stages include what they triggered):")
     for kind, secs in sorted(stage_totals(cold_doc).items(), key=lambda kv: -kv[1])[:14]:
         print(f"  {kind:28s} {secs:8.1f}")

@@ -64,22 +64,36 @@ def _convert(program: Any) -> tuple[bytes, AuditResult]:
     return binary, audit
 
 
-def convert_to_circle(program: Any, cache: CircleCache | None = None) -> CircleArtifact:
-    """tico's conversion, through the content-addressed cache when one is given."""
+def convert_to_circle(program: Any, cache: CircleCache | None = None, key: str | None = None,
+                      reused_key: str | None = None) -> CircleArtifact:
+    """tico's conversion, through the content-addressed cache when one is given.
+
+    ``program`` is the ExportedProgram or a callable that traces it. ``key`` is that program's
+    cache key when already computed; ``reused_key`` is the key of a program the export cache
+    proved equal to this one, so a hit needs no trace. A miss converts the traced program and
+    stores it under the program's own key."""
     from tico.circle.runtime.executor import CircleReferenceRuntime
 
-    status, key, entry, notes = "off", None, None, []
+    get_program = (lambda: program) if isinstance(program, torch.export.ExportedProgram) else program
+    status, entry, notes = "off", None, []
     if cache is not None:
-        try:
-            key = cache_key(program)
-        except Uncacheable as why:
-            status = f"uncacheable: {why}"
-        else:
-            entry, notes = cache.get(key)
+        if key or reused_key:
+            entry, notes = cache.get(key or reused_key)
+            if entry is not None:
+                key = key or reused_key
+        if entry is None and key is None:
+            try:
+                key = cache_key(get_program())
+            except Uncacheable as why:
+                status = f"uncacheable: {why}"
+            else:
+                if key != reused_key:
+                    entry, more = cache.get(key)
+                    notes += more
     if entry is not None:
         binary, audit, status = entry.binary, entry.audit, "hit"
     else:
-        binary, audit = _convert(program)
+        binary, audit = _convert(get_program())
         if key is not None:
             cache.put(key, CacheEntry(binary=binary, audit=audit))
             status = "miss"

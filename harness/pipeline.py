@@ -126,6 +126,8 @@ class RunSettings:
     stage_timeout: float | None = None
     # content-addressed ExportedProgram -> Circle cache directory (None: always convert)
     circle_cache_dir: Path | None = None
+    # torch.export reuse keyed by the adapter's execution (None: always trace)
+    export_cache_dir: Path | None = None
 
 
 class Pipeline:
@@ -297,11 +299,52 @@ class Pipeline:
             lambda: export_program(self.export_adapter("quant", name), self.case.export.args(self.sample(name))),
         )
 
+    @property
+    def export_record(self) -> Any:
+        """What the export checks read from the torch.export program: its output on the export
+        sample, graph facts and Circle cache key. Reused from the export cache when the
+        adapter's execution key matches (torch.export does not run); traced otherwise."""
+        from harness.circle_cache import Uncacheable, cache_key
+        from harness.export_reuse import ExportCache, execution_key, record_from_program
+
+        name = self.export_sample_name
+
+        def compute() -> Any:
+            adapter = self.export_adapter("quant", name)
+            args = self.case.export.args(self.sample(name))
+            cache = ExportCache(self.settings.export_cache_dir) if self.settings.export_cache_dir else None
+            key, status, notes = None, "off", []
+            if cache is not None:
+                try:
+                    key = execution_key(adapter, args)
+                except Uncacheable as why:
+                    status = f"uncacheable: {why}"
+                else:
+                    record, notes = cache.get(key)
+                    if record is not None:
+                        record.status, record.notes = "hit", notes
+                        return record
+            program = self.exported_program
+            try:
+                circle_key = cache_key(program)
+            except Uncacheable:
+                circle_key = None
+            record = record_from_program(program, args, circle_key)
+            if key is not None:
+                try:
+                    cache.put(key, record)
+                    status = "miss"
+                except Uncacheable as why:
+                    status = f"uncacheable: {why}"
+            record.status, record.notes = status, notes
+            return record
+
+        return self._stage("export_record", compute)
+
     def exported_program_output(self) -> torch.Tensor:
-        sample = self.sample(self.export_sample_name)
         return self._stage(
             "torch_export_output",
-            lambda: self.case.output(self.exported_program.module()(*self.case.export.args(sample))).detach(),
+            lambda: self.case.output(self.export_record.output()).detach(),
         )
 
     @property
@@ -313,7 +356,14 @@ class Pipeline:
             from harness.circle_cache import CircleCache
 
             cache_dir = self.settings.circle_cache_dir
-            artifact = convert_to_circle(self.exported_program, CircleCache(cache_dir) if cache_dir else None)
+            cache = CircleCache(cache_dir) if cache_dir else None
+            record = self.export_record if cache is not None else None
+            if record is not None and record.status == "hit":
+                # The reused record names its program's Circle key: a hit needs no trace.
+                artifact = convert_to_circle(lambda: self.exported_program, cache, reused_key=record.circle_key)
+            else:  # the record's key was computed from this very program
+                artifact = convert_to_circle(lambda: self.exported_program, cache,
+                                             key=record.circle_key if record is not None else None)
             if self.artifact_dir is not None:
                 self.artifact_dir.mkdir(parents=True, exist_ok=True)
                 path = self.artifact_dir / f"{self.case.name}[{self.profile}].q.circle"

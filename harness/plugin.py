@@ -93,6 +93,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="convert every exported program, reading and writing no cache (a cold run)",
     )
     group.addoption(
+        "--export-cache",
+        dest="wrapq_export_cache",
+        default=None,
+        help="directory of the torch.export reuse cache, keyed by each export adapter's execution "
+        "(default: <rootdir>/.wrapq-cache/export)",
+    )
+    group.addoption(
+        "--no-export-cache",
+        dest="wrapq_no_export_cache",
+        action="store_true",
+        help="trace every export adapter with torch.export, reading and writing no reuse cache",
+    )
+    group.addoption(
         "--shard",
         dest="wrapq_shard",
         default=None,
@@ -177,6 +190,7 @@ class _State:
             update_golden=bool(config.getoption("wrapq_update_golden")),
             stage_timeout=config.getoption("wrapq_stage_timeout") or None,
             circle_cache_dir=_circle_cache_dir(config),
+            export_cache_dir=_export_cache_dir(config),
         )
         self.pipelines = PipelineCache(artifact_dir=self.report_dir / "artifacts", settings=settings)
         shard = config.getoption("wrapq_shard")
@@ -293,6 +307,13 @@ def _circle_cache_dir(config: pytest.Config) -> Path | None:
         return None
     chosen = config.getoption("wrapq_circle_cache")
     return Path(chosen).resolve() if chosen else config.rootpath / ".wrapq-cache" / "circle"
+
+
+def _export_cache_dir(config: pytest.Config) -> Path | None:
+    if config.getoption("wrapq_no_export_cache"):
+        return None
+    chosen = config.getoption("wrapq_export_cache")
+    return Path(chosen).resolve() if chosen else config.rootpath / ".wrapq-cache" / "export"
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

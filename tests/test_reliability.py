@@ -205,8 +205,8 @@ def test_matrix_metrics_identical_serial_and_parallel(tmp_path):
     runs = {}
     for label, dist in (("serial", ["-p", "no:xdist"]), ("parallel", ["-n", "2"])):
         report_dir = tmp_path / label
-        # No Circle cache: both runs convert, so the comparison covers the conversion too.
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", *dist, "-k", DETERMINISM_CASES, "--no-circle-cache",
+        # No caches: both runs trace and convert, so the comparison covers export and conversion too.
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", *dist, "-k", DETERMINISM_CASES, "--no-circle-cache", "--no-export-cache",
                                "--wrapq-report-dir", str(report_dir)],
                               cwd=REPO, capture_output=True, text=True, timeout=1200)
         assert done.returncode == 0, done.stdout[-3000:]

@@ -52,6 +52,7 @@ def run(pipeline) -> CheckResult:
     result.evidence["circle_file"] = getattr(artifact, "path", None)
     result.evidence["circle_bytes"] = len(artifact.binary)
     result.evidence["circle_cache"] = artifact.cache_status
+    result.evidence["export_cache"] = pipeline.export_record.status
     result.notes += artifact.notes
     _steps(result, pipeline, "fake_quantize", "FAKE_QUANTIZE", th.circle_max_steps, th.circle_mean_steps,
            (th.circle_extra_max_steps, th.circle_extra_mean_steps))

@@ -9,10 +9,6 @@ import torch
 from harness.checks.base import Check, CheckResult, requires_capability
 from harness.pipeline import enable_calibration
 
-# Ops torch.export inserts when a graph depends on input *values*, not just shapes.
-_VALUE_GUARDS = ("_assert_scalar", "sym_constrain_range", "_local_scalar_dense", "_assert_async")
-
-
 def _raises(fn) -> str | None:
     try:
         fn()
@@ -56,12 +52,13 @@ def run(pipeline) -> CheckResult:
             shapes = [tuple(a.shape) for a in bad_args if isinstance(a, torch.Tensor)]
             result.fail(f"the export adapter accepted inputs {shapes} that contradict its fixed profile")
 
-    program = pipeline.exported_program
-    guards = [n.name for n in program.graph.nodes if n.op == "call_function" and any(g in str(n.target) for g in _VALUE_GUARDS)]
+    record = pipeline.export_record
+    result.evidence["export_cache"] = record.status
+    guards = record.value_guards
     result.metrics["value_guards"] = len(guards)
     if guards:
         result.fail(f"the exported program still depends on input values: {guards[:5]}")
-    symbolic = [str(s) for s in (program.range_constraints or {})]
+    symbolic = record.symbolic_shapes
     if symbolic:
         result.fail(f"the exported program has symbolic shapes {symbolic[:5]}: the adapter is not fully static")
     return result

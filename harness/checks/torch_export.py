@@ -1,5 +1,7 @@
 """The export adapter (eager, QUANT) vs its torch.export program: tracing must not change the
-computation. The program is exported once per case and reused by the Circle and audit checks."""
+computation. The program is exported once per case and reused by the Circle and audit checks;
+on a rerun whose adapter executes exactly as before, its recorded output and facts are reused
+(harness/export_reuse.py)."""
 
 from harness.checks.base import Check, CheckResult, requires_capability
 from harness.compare import compare_close
@@ -19,7 +21,10 @@ def run(pipeline) -> CheckResult:
     result.evidence[name] = metrics
     if "max_abs_diff" in metrics:
         result.metrics["max_abs_diff"] = metrics["max_abs_diff"]
-    result.metrics["graph_nodes"] = len(pipeline.exported_program.graph.nodes)
+    record = pipeline.export_record
+    result.metrics["graph_nodes"] = record.graph_nodes
+    result.evidence["export_cache"] = record.status
+    result.notes += record.notes
     if problem:
         result.fail(problem)
     return result

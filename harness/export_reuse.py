@@ -1,0 +1,397 @@
+"""Reuse of a case's torch.export results across runs, keyed by what its export adapter executes.
+
+Strict torch.export (dynamo) is most of a rerun's cost once Circle conversions come from the
+cache, and it reruns even when nothing changed because the Circle key is computed from the
+traced program. This cache skips it when the adapter provably computes the same thing as when
+the program was traced. The key is an execution trace of the export adapter on the export
+inputs, run eagerly on a copy (milliseconds, where strict export takes seconds):
+
+- every aten op dispatched, with its arguments and the data flow between ops (a traced graph
+  at dispatch level) and the bytes of every tensor an op reads that no op produced (inputs,
+  parameters, buffers, qparams, constants);
+- the code of every Python function that ran (bytecode, constants, names, source locations)
+  and the simple values of the globals each one names;
+- the module tree: types, modes, hooks, every parameter and buffer byte, simple attributes,
+  and the simple attributes and methods of each module class;
+- the output bytes, the torch / tico / transformers versions, a hash of tico's installed source
+  and of the harness code that computes what is stored.
+
+Editing or monkeypatching anything the forward runs -- a wrapper method on the class or the
+instance, a helper it calls, a flag it reads, a weight, a qparam, an input shape -- changes
+the key. What is stored is only what the export checks read from the program: its output on
+the export inputs, its graph facts, and its Circle cache key (the Circle cache itself stays
+keyed by the traced program). Anything the key cannot describe exactly makes the adapter
+uncacheable: it is exported every time. ``--no-export-cache`` traces every program.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+import functools
+import hashlib
+import importlib.metadata
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from harness.circle_cache import Uncacheable, _package_source_hash, _tensor_bytes
+from harness.results import atomic_write_text
+
+KEY_SCHEMA = "export-reuse-v1"
+# Ops torch.export inserts when a graph depends on input *values*, not just shapes.
+VALUE_GUARD_TARGETS = ("_assert_scalar", "sym_constrain_range", "_local_scalar_dense", "_assert_async")
+_SIMPLE = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.layout,
+           torch.memory_format)
+
+
+@dataclasses.dataclass
+class ExportRecord:
+    """What the export checks take from a traced program (fresh or reused)."""
+
+    output_leaves: list[torch.Tensor]
+    output_spec: str  # torch.utils._pytree.treespec_dumps of the program's output
+    graph_nodes: int
+    value_guards: list[str]
+    symbolic_shapes: list[str]
+    circle_key: str | None
+    # "traced" (torch.export ran), "hit" (reused), "miss" (traced and stored), "uncacheable: ..."
+    status: str = "traced"
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def output(self) -> Any:
+        spec = torch.utils._pytree.treespec_loads(self.output_spec)
+        return torch.utils._pytree.tree_unflatten(self.output_leaves, spec)
+
+
+def record_from_program(program: Any, args: tuple, circle_key: str | None) -> ExportRecord:
+    """Run the traced program on the export inputs and read the facts the checks need."""
+    with torch.no_grad():
+        output = program.module()(*args)
+    leaves, spec = torch.utils._pytree.tree_flatten(output)
+    guards = [n.name for n in program.graph.nodes
+              if n.op == "call_function" and any(g in str(n.target) for g in VALUE_GUARD_TARGETS)]
+    return ExportRecord(
+        output_leaves=[leaf.detach() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves],
+        output_spec=torch.utils._pytree.treespec_dumps(spec),
+        graph_nodes=len(program.graph.nodes),
+        value_guards=guards,
+        symbolic_shapes=[str(s) for s in (program.range_constraints or {})],
+        circle_key=circle_key,
+    )
+
+
+# -- the execution key ------------------------------------------------------------------
+_CODE_DIGESTS: dict[int, tuple[Any, str]] = {}
+
+
+def _const_text(value: Any) -> str:
+    if isinstance(value, type((lambda: 0).__code__)):
+        return "code:" + _code_digest(value)
+    if isinstance(value, frozenset):  # set order follows string hashing, which varies per process
+        return "frozenset(" + ",".join(sorted(_const_text(v) for v in value)) + ")"
+    if isinstance(value, tuple):
+        return "(" + ",".join(_const_text(v) for v in value) + ")"
+    return f"{type(value).__name__}:{value!r}"
+
+
+def _code_digest(code: Any) -> str:
+    """Content of a code object, with its source location (traced programs record it)."""
+    cached = _CODE_DIGESTS.get(id(code))
+    if cached is not None and cached[0] is code:
+        return cached[1]
+    parts = [code.co_filename, code.co_qualname, str(code.co_firstlineno), code.co_code.hex(),
+             code.co_linetable.hex(), ",".join(code.co_names), ",".join(code.co_varnames),
+             ",".join(code.co_freevars), ",".join(code.co_cellvars),
+             f"{code.co_argcount}/{code.co_posonlyargcount}/{code.co_kwonlyargcount}/{code.co_flags}",
+             ";".join(_const_text(c) for c in code.co_consts)]
+    digest = hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+    _CODE_DIGESTS[id(code)] = (code, digest)  # holding the code keeps its id unique
+    return digest
+
+
+def _tensor_digest(tensor: torch.Tensor) -> str:
+    t = tensor.detach()
+    return f"T({t.dtype},{tuple(t.shape)},{t.stride()})#" + hashlib.sha256(_tensor_bytes(t)).hexdigest()
+
+
+def _value_text(value: Any, depth: int = 2) -> str:
+    """Deterministic text for an attribute or global value; never an object address."""
+    if isinstance(value, torch.Tensor):
+        return _tensor_digest(value)
+    if isinstance(value, _SIMPLE):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, enum.Enum):
+        return f"enum:{type(value).__qualname__}.{value.name}"
+    if isinstance(value, (list, tuple, set, frozenset, dict)) and depth < 0:
+        return f"{type(value).__name__}(len={len(value)})"  # deeper containers: their effect shows in the ops
+    if isinstance(value, (list, tuple)):
+        return f"{type(value).__name__}[" + ",".join(_value_text(v, depth - 1) for v in value) + "]"
+    if isinstance(value, (set, frozenset)):
+        return f"{type(value).__name__}{{" + ",".join(sorted(_value_text(v, depth - 1) for v in value)) + "}"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_value_text(k, depth - 1)}:{_value_text(v, depth - 1)}" for k, v in value.items()) + "}"
+    if isinstance(value, functools.partial):
+        return f"partial({_value_text(value.func, depth)},{_value_text(value.args, depth)},{_value_text(value.keywords, depth)})"
+    code = getattr(value, "__code__", None)
+    if code is not None:  # a Python function or method: its code and the defaults it carries
+        return (f"fn:{_code_digest(code)}:{_value_text(getattr(value, '__defaults__', None), depth)}"
+                f":{_value_text(getattr(value, '__kwdefaults__', None), depth)}")
+    if isinstance(value, type):
+        return f"type:{value.__module__}.{value.__qualname__}"
+    if isinstance(value, type(sys)):
+        return f"module:{value.__name__}"
+    if callable(value) and hasattr(value, "__qualname__"):  # builtins, C functions, op overloads
+        return f"callable:{getattr(value, '__module__', '')}.{value.__qualname__}"
+    if isinstance(value, torch.nn.Module):
+        return f"nn.Module:{type(value).__module__}.{type(value).__qualname__}"  # walked on its own
+    if depth > 0 and dataclasses.is_dataclass(value):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return f"{type(value).__qualname__}" + _value_text(fields, depth - 1)
+    if depth > 0 and hasattr(value, "__dict__"):
+        return f"{type(value).__module__}.{type(value).__qualname__}" + _value_text(dict(vars(value)), depth - 1)
+    return f"obj:{type(value).__module__}.{type(value).__qualname__}"
+
+
+def _global_text(value: Any) -> str:
+    """A global a function reads. Flags, constants, functions, types and tensors by content;
+    other objects and mixed containers by type only: module-level registries and caches grow
+    as a process runs, and what they hold reaches the computation through the ops traced."""
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        items = list(value.items()) if isinstance(value, dict) else [(v, None) for v in value]
+        if len(items) <= 64 and all(isinstance(x, _SIMPLE + (enum.Enum,)) for pair in items for x in pair):
+            return _value_text(value, depth=1)
+        return f"{type(value).__name__}(...)"
+    by_content = (torch.Tensor, enum.Enum, type, type(sys), functools.partial) + _SIMPLE
+    if isinstance(value, by_content) or hasattr(value, "__code__") or (callable(value) and hasattr(value, "__qualname__")):
+        return _value_text(value, depth=0)
+    return f"obj:{type(value).__module__}.{type(value).__qualname__}"
+
+
+class _OpTrace(TorchDispatchMode):
+    """Records every dispatched aten op as a node of a data-flow graph."""
+
+    def __init__(self, put: Any) -> None:
+        super().__init__()
+        self.put = put
+        self.labels: dict[int, str] = {}
+        self.alive: list[torch.Tensor] = []  # keeps ids unique while tracing
+        self.count = 0
+
+    def label(self, tensor: torch.Tensor, produced: bool = False) -> str:
+        key = id(tensor)
+        if key not in self.labels:
+            self.alive.append(tensor)
+            if produced:
+                self.labels[key] = f"%{len(self.labels)}"
+            else:  # read before any op made it: its bytes are part of the computation
+                self.labels[key] = f"c{len(self.labels)}"
+                self.put("const", f"{self.labels[key]}={_tensor_digest(tensor)}")
+        return self.labels[key]
+
+    def describe(self, value: Any, produced: bool = False) -> str:
+        if isinstance(value, torch.Tensor):
+            return self.label(value, produced) + f":{value.dtype}{tuple(value.shape)}{value.stride()}"
+        if isinstance(value, (list, tuple)):
+            return "[" + ",".join(self.describe(v, produced) for v in value) + "]"
+        if isinstance(value, dict):
+            return "{" + ",".join(f"{k}={self.describe(v, produced)}" for k, v in value.items()) + "}"
+        if isinstance(value, _SIMPLE) or isinstance(value, (torch.SymInt, torch.SymFloat)):
+            return repr(value)
+        text = _value_text(value, depth=0)
+        if text.startswith("obj:"):
+            raise Uncacheable(f"op argument of type {type(value).__name__}")
+        return text
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = f"{self.describe(args)}|{self.describe(kwargs)}"
+        out = func(*args, **kwargs)
+        self.put("op", f"{func}({inputs})->{self.describe(out, produced=True)}")
+        self.count += 1
+        return out
+
+
+def _module_tree_text(root: torch.nn.Module, put: Any) -> None:
+    types_seen: set[type] = set()
+    for name, module in root.named_modules(remove_duplicate=False):
+        cls = type(module)
+        put("module", f"{name}:{cls.__module__}.{cls.__qualname__}:training={module.training}")
+        for key, value in sorted(vars(module).items()):
+            if key in ("_parameters", "_buffers", "_modules"):
+                continue
+            put(f"attr.{name}.{key}", _value_text(value))
+        for kind, tensors in (("param", module._parameters), ("buffer", module._buffers)):
+            for tname, tensor in tensors.items():
+                put(f"{kind}.{name}.{tname}", "None" if tensor is None else _tensor_digest(tensor))
+        if cls not in types_seen:  # class-level attributes and methods, patched or not
+            types_seen.add(cls)
+            for klass in cls.__mro__:
+                if klass is torch.nn.Module or klass is object:
+                    break
+                for key, value in sorted(vars(klass).items()):
+                    if key.startswith("__") and key not in ("__call__", "__init__"):
+                        continue
+                    put(f"class.{klass.__module__}.{klass.__qualname__}.{key}", _value_text(value, depth=0))
+
+
+@functools.lru_cache(maxsize=None)
+def _environment() -> str:
+    here = Path(__file__).parent
+    harness = hashlib.sha256()
+    for name in ("export_reuse.py", "export.py", "circle_cache.py", "qparam_audit.py"):
+        harness.update((here / name).read_bytes())
+    return json.dumps({
+        "schema": KEY_SCHEMA,
+        "python": sys.version,
+        "torch": torch.__version__,
+        "tico": importlib.metadata.version("tico"),
+        "transformers": importlib.metadata.version("transformers"),
+        "tico_source": _package_source_hash("tico"),
+        "harness_source": harness.hexdigest(),
+    }, sort_keys=True)
+
+
+def execution_key(adapter: torch.nn.Module, args: tuple, trail: list[str] | None = None) -> str:
+    """sha256 of the adapter's execution on ``args`` (see the module docstring for what counts).
+    Runs a deep copy, so an adapter that updates state when called is left as it was.
+    ``trail`` collects every keyed line (to see why two keys differ)."""
+    h = hashlib.sha256()
+
+    def put(label: str, text: str) -> None:
+        if trail is not None:
+            trail.append(f"{label}: {text}")
+        payload = text.encode()
+        h.update(f"{label}:{len(payload)}:".encode())
+        h.update(payload)
+
+    put("env", _environment())
+    leaves, spec = torch.utils._pytree.tree_flatten(args)
+    put("args.spec", str(spec))
+    for i, leaf in enumerate(leaves):
+        put(f"args.{i}", _value_text(leaf))
+    _module_tree_text(adapter, put)
+
+    runner = copy.deepcopy(adapter)
+    run_args = copy.deepcopy(args)
+    # Twice, keeping the second: a first call in a process also runs one-time lazy setup
+    # (op overload caches, lazy imports) that depends on what ran before, not on the adapter.
+    _traced_run(runner, run_args, lambda label, text: None)
+    output, executed = _traced_run(runner, run_args, put)
+    put("output", _value_text(torch.utils._pytree.tree_leaves(output)))
+    lines = []
+    for code, globals_ in executed.values():
+        if code.co_filename == __file__:  # this module's own tracing code
+            continue
+        reads = [f"{n}={_global_text(globals_[n])}" for n in code.co_names if n in globals_]
+        lines.append(f"{_code_digest(code)}|{';'.join(reads)}")
+    for line in sorted(set(lines)):
+        put("code", line)
+    return h.hexdigest()
+
+
+def _traced_run(runner: torch.nn.Module, run_args: tuple, put: Any) -> tuple[Any, dict[int, tuple[Any, dict]]]:
+    """One eager call with the op trace feeding ``put`` and every entered Python frame's code
+    (with the globals it sees) collected."""
+    executed: dict[int, tuple[Any, dict]] = {}
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            code = frame.f_code
+            if id(code) not in executed:
+                executed[id(code)] = (code, frame.f_globals)
+
+    trace = _OpTrace(put)
+    for i, leaf in enumerate(torch.utils._pytree.tree_leaves(run_args)):
+        if isinstance(leaf, torch.Tensor):
+            trace.labels[id(leaf)] = f"in{i}"
+            trace.alive.append(leaf)
+    previous = sys.getprofile()
+    try:
+        with torch.no_grad(), trace:
+            sys.setprofile(profile)
+            try:
+                output = runner(*run_args)
+            finally:
+                sys.setprofile(previous)
+    except Uncacheable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - torch.export will report it properly
+        raise Uncacheable(f"the adapter raised while fingerprinting: {type(exc).__name__}: {exc}") from exc
+    return output, executed
+
+
+# -- the store ------------------------------------------------------------------------------
+class ExportCache:
+    """Directory of <key>.json (facts, Circle key, outputs' sha256) + <key>.safetensors."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def _paths(self, key: str) -> tuple[Path, Path]:
+        folder = self.root / key[:2]
+        return folder / f"{key}.safetensors", folder / f"{key}.json"
+
+    def get(self, key: str) -> tuple[ExportRecord | None, list[str]]:
+        """The record (None on a miss) and notes on what was wrong with a damaged entry."""
+        from safetensors.torch import load
+
+        tensors_path, meta_path = self._paths(key)
+        if not meta_path.exists() or not tensors_path.exists():
+            return None, []
+        try:
+            meta = json.loads(meta_path.read_text())
+            data = tensors_path.read_bytes()
+            if hashlib.sha256(data).hexdigest() != meta["tensors_sha256"]:
+                raise ValueError("outputs do not match their recorded sha256")
+            tensors = load(data)
+            leaves = [tensors[f"leaf{i}"] if kind == "tensor" else value
+                      for i, (kind, value) in enumerate(meta["leaves"])]
+            record = ExportRecord(output_leaves=leaves, output_spec=meta["output_spec"],
+                                  graph_nodes=int(meta["graph_nodes"]), value_guards=list(meta["value_guards"]),
+                                  symbolic_shapes=list(meta["symbolic_shapes"]), circle_key=meta["circle_key"])
+        except Exception as exc:  # noqa: BLE001 - a damaged entry is a miss, never a wrong answer
+            return None, [f"export cache entry {key[:12]} unreadable ({type(exc).__name__}: {exc}); traced again"]
+        return record, []
+
+    def put(self, key: str, record: ExportRecord) -> None:
+        from safetensors.torch import save
+
+        tensors: dict[str, torch.Tensor] = {}
+        leaves: list[tuple[str, Any]] = []
+        for i, leaf in enumerate(record.output_leaves):
+            if isinstance(leaf, torch.Tensor):
+                tensors[f"leaf{i}"] = leaf.detach().contiguous()
+                leaves.append(("tensor", None))
+            elif isinstance(leaf, (bool, int, float, str, type(None))):
+                leaves.append(("value", leaf))
+            else:
+                raise Uncacheable(f"program output leaf of type {type(leaf).__name__}")
+        data = save(tensors)
+        meta = {"tensors_sha256": hashlib.sha256(data).hexdigest(), "leaves": leaves,
+                "output_spec": record.output_spec, "graph_nodes": record.graph_nodes,
+                "value_guards": record.value_guards, "symbolic_shapes": record.symbolic_shapes,
+                "circle_key": record.circle_key, "environment": json.loads(_environment())}
+        tensors_path, meta_path = self._paths(key)
+        tensors_path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write_bytes(tensors_path, data)
+        atomic_write_text(meta_path, json.dumps(meta))  # manifest last: an entry is whole or absent
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
