@@ -260,7 +260,17 @@ def _environment() -> str:
 def execution_key(adapter: torch.nn.Module, args: tuple, trail: list[str] | None = None) -> str:
     """sha256 of the adapter's execution on ``args`` (see the module docstring for what counts).
     Runs a deep copy, so an adapter that updates state when called is left as it was.
-    ``trail`` collects every keyed line (to see why two keys differ)."""
+    ``trail`` collects every keyed line (to see why two keys differ). Whatever goes wrong while
+    fingerprinting makes the adapter Uncacheable: the cache never fails a case."""
+    try:
+        return _execution_key(adapter, args, trail)
+    except Uncacheable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - traced instead, with the reason in the evidence
+        raise Uncacheable(f"cannot fingerprint the adapter: {type(exc).__name__}: {exc}") from exc
+
+
+def _execution_key(adapter: torch.nn.Module, args: tuple, trail: list[str] | None) -> str:
     h = hashlib.sha256()
 
     def put(label: str, text: str) -> None:

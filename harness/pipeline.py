@@ -325,10 +325,12 @@ class Pipeline:
                         record.status, record.notes = "hit", notes
                         return record
             program = self.exported_program
-            try:
-                circle_key = cache_key(program)
-            except Uncacheable:
-                circle_key = None
+            circle_key = None
+            if self.settings.circle_cache_dir is not None:
+                try:
+                    circle_key = cache_key(program)
+                except Uncacheable:
+                    pass  # the Circle stage converts it and says why
             record = record_from_program(program, args, circle_key)
             if key is not None:
                 try:
@@ -336,6 +338,8 @@ class Pipeline:
                     status = "miss"
                 except Uncacheable as why:
                     status = f"uncacheable: {why}"
+                except OSError as why:  # a full or read-only disk costs the reuse, not the case
+                    status = f"not stored: {why}"
             record.status, record.notes = status, notes
             return record
 

@@ -26,4 +26,5 @@ grep -viE '^(transformers|tico|tokenizers|huggingface[-_]hub|hf-xet|safetensors)
 "${pip[@]}" -c "$venv/pins.txt" --upgrade \
     "transformers${transformers_version:+==$transformers_version}" "tico${tico_version:+==$tico_version}" safetensors
 "$venv/bin/python" -c 'import importlib.metadata as m; print("[drift] transformers", m.version("transformers"), "tico", m.version("tico"))'
-exec "$venv/bin/python" -m pytest -n auto --drift --wrapq-report-dir reports/drift "$@"
+# Every program traced afresh: a drift run is exactly where reuse must not be trusted.
+exec "$venv/bin/python" -m pytest -n auto --drift --no-export-cache --wrapq-report-dir reports/drift "$@"
