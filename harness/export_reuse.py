@@ -322,6 +322,8 @@ def _traced_run(runner: torch.nn.Module, run_args: tuple, put: Any) -> tuple[Any
             trace.labels[id(leaf)] = f"in{i}"
             trace.alive.append(leaf)
     previous = sys.getprofile()
+    if previous is not None:  # a profiler or debugger is attached: do not take its hook
+        raise Uncacheable(f"another profile hook is active ({type(previous).__name__})")
     try:
         with torch.no_grad(), trace:
             sys.setprofile(profile)

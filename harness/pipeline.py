@@ -144,7 +144,7 @@ class Pipeline:
         self._values: dict[str, Any] = {}
         self._errors: dict[str, StageError] = {}
         self._running: list[str] = []
-        self._guard: dict[str, Any] | None = None
+        self._guard: dict[tuple, Any] | None = None
         self._guard_mutations: list[str] = []
 
     # -- stage machinery -------------------------------------------------
@@ -395,32 +395,42 @@ class Pipeline:
         return self._stage(f"circle_replay[{mode}]", compute)
 
     # -- immutability guard -------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[tuple, Any]:
         """Cheap fingerprint of every shared artifact: tensor version counters, modes, buffers."""
         with overhead("mutation_guard"):
             return self._snapshot()
 
-    def _snapshot(self) -> dict[str, Any]:
-        state: dict[str, Any] = {}
+    def _snapshot(self) -> dict[tuple, Any]:
+        state: dict[tuple, Any] = {}
 
         def visit(prefix: str, value: Any) -> None:
             if isinstance(value, torch.Tensor):
-                state[prefix] = ("tensor", value._version, value.data_ptr())
+                state[(prefix,)] = (value._version, value.data_ptr())
             elif isinstance(value, torch.nn.Module):
-                # One walk over the module tree (this runs around every stage and check).
+                # One pre-order walk over the module tree (this runs around every stage and
+                # check): the module dicts directly, keys as tuples, formatted only when reported.
                 modes, buffers = [], []
-                for module_name, module in value.named_modules():
-                    modes.append(module.__dict__.get("_mode"))
-                    for kind, tensors in (("p", module._parameters), ("b", module._buffers)):
-                        for name, t in tensors.items():
-                            if t is None:
-                                continue
-                            key = f"{prefix}.{module_name}.{name}" if module_name else f"{prefix}.{name}"
-                            state[key] = ("tensor", t._version, t.data_ptr())
-                            if kind == "b":
-                                buffers.append(key)
-                state[f"{prefix}#modes"] = tuple(modes)
-                state[f"{prefix}#buffers"] = tuple(buffers)
+                stack, seen = [("", value)], set()
+                while stack:
+                    module_name, module = stack.pop()
+                    if id(module) in seen:
+                        continue
+                    seen.add(id(module))
+                    attrs = module.__dict__
+                    modes.append(attrs.get("_mode"))
+                    for name, t in attrs["_parameters"].items():
+                        if t is not None:
+                            state[(prefix, module_name, name)] = (t._version, t.data_ptr())
+                    for name, t in attrs["_buffers"].items():
+                        if t is not None:
+                            key = (prefix, module_name, name)
+                            state[key] = (t._version, t.data_ptr())
+                            buffers.append(key)
+                    children = [(f"{module_name}.{child}" if module_name else child, m)
+                                for child, m in attrs["_modules"].items() if m is not None]
+                    stack.extend(reversed(children))
+                state[(prefix, "#modes")] = tuple(modes)
+                state[(prefix, "#buffers")] = tuple(buffers)
             elif isinstance(value, Built):
                 visit(f"{prefix}.module", value.module)
                 for kind, samples in (("calibration", enumerate(value.inputs.calibration)),
@@ -435,9 +445,10 @@ class Pipeline:
             visit(name, value)
         return state
 
-    def _diff(self, before: dict[str, Any]) -> list[str]:
+    def _diff(self, before: dict[tuple, Any]) -> list[str]:
         after = self.snapshot()
-        return [k for k, v in before.items() if k in after and after[k] != v]
+        return [".".join(part for part in k if part).replace(".#", "#") for k, v in before.items()
+                if k in after and after[k] != v]
 
     def mutated_since(self, before: dict[str, Any]) -> list[str]:
         return sorted(set(self._diff(before)))

@@ -252,3 +252,20 @@ def test_store_round_trip_keeps_every_field(tmp_path):
             assert getattr(loaded, field.name) == getattr(record, field.name)
     torch.testing.assert_close(loaded.output_leaves[0], record.output_leaves[0], rtol=0, atol=0)
     assert loaded.output_leaves[1] == 3
+
+
+def test_an_active_profiler_is_left_alone_and_the_adapter_traced():
+    """cProfile (or a debugger) owns sys.setprofile: fingerprinting would break its data."""
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        execution_key(_FlagReader(), (torch.ones(2, 2),))
+    except export_reuse.Uncacheable as why:
+        assert "profile hook" in str(why)
+    else:
+        raise AssertionError("fingerprinted under an active profiler")
+    finally:
+        profiler.disable()
+    assert sys.getprofile() is None
