@@ -146,6 +146,8 @@ class Pipeline:
         self._running: list[str] = []
         self._guard: dict[tuple, Any] | None = None
         self._guard_mutations: list[str] = []
+        # The last snapshot taken, while nothing can have changed since (reused as a baseline).
+        self._latest: dict[tuple, Any] | None = None
 
     # -- stage machinery -------------------------------------------------
     def _stage(self, name: str, compute: Callable[[], Any]) -> Any:
@@ -155,6 +157,8 @@ class Pipeline:
             raise self._errors[name]
         outermost = not self._running
         guarded = outermost and self._guard is not None
+        if not guarded:
+            self._latest = None  # unwatched stage work may change artifacts: no reusable baseline
         if guarded:
             # Whatever changed since the last stage ended was done by the check itself.
             self._guard_mutations += self._diff(self._guard)
@@ -177,7 +181,7 @@ class Pipeline:
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
             if guarded:
                 # Stage work may legitimately change modules (lazily built observers): new baseline.
-                self._guard = self.snapshot()
+                self._guard = self._latest = self.snapshot()
         return self._values[name]
 
     # -- stages ------------------------------------------------------------
@@ -446,7 +450,7 @@ class Pipeline:
         return state
 
     def _diff(self, before: dict[tuple, Any]) -> list[str]:
-        after = self.snapshot()
+        after = self._latest = self.snapshot()
         return [".".join(part for part in k if part).replace(".#", "#") for k, v in before.items()
                 if k in after and after[k] != v]
 
@@ -454,8 +458,11 @@ class Pipeline:
         return sorted(set(self._diff(before)))
 
     def guard_start(self) -> None:
-        """Start watching shared artifacts for changes made by a check (not by stages)."""
-        self._guard = self.snapshot()
+        """Start watching shared artifacts for changes made by a check (not by stages). The
+        previous check's closing snapshot is the baseline when no stage ran unwatched since:
+        between two checks of a case only the plugin's bookkeeping runs (one snapshot saved
+        per item)."""
+        self._guard = self._latest if self._latest is not None else self.snapshot()
         self._guard_mutations = []
 
     def guard_end(self) -> list[str]:

@@ -77,3 +77,21 @@ def test_guard_blames_the_check_not_the_stages():
     out.add_(1.0)  # the check mutates a shared output...
     pipeline.output("noquant", "default")  # ...then triggers another stage: still caught
     assert "quant_output[default]" in pipeline.guard_end()
+
+
+def test_guard_baseline_reuse_does_not_blame_a_check_for_unwatched_stage_work():
+    """guard_start reuses the previous check's closing snapshot; a stage run outside any check
+    in between (here: one that changes a module the way lazily built observers do) drops it."""
+    from tico.quantization.wrapq.mode import Mode
+
+    pipeline = Pipeline(_counting_case({}), "tiny")
+    pipeline.guard_start()
+    pipeline.output("noquant", "default")
+    assert pipeline.guard_end() == []
+    pipeline.wrapped.wrapped._mode = Mode.CALIB  # as an unwatched stage would...
+    pipeline.output("quant", "default")  # ...and an unwatched stage does run
+    pipeline.guard_start()
+    assert pipeline.guard_end() == []
+    pipeline.guard_start()
+    pipeline.wrapped.wrapped._mode = Mode.NO_QUANT  # a check's own change is still caught
+    assert "wrap#modes" in pipeline.guard_end()
