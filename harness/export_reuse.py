@@ -60,8 +60,9 @@ class ExportRecord:
     value_guards: list[str]
     symbolic_shapes: list[str]
     circle_key: str | None
-    # "traced" (torch.export ran), "hit" (reused), "miss" (traced and stored), "uncacheable: ..."
-    status: str = "traced"
+    # "hit" (reused, no trace), "miss" (traced and stored), "off" (no export cache: traced),
+    # "uncacheable: ..." or "not stored: ..." (traced; the reason says why nothing was reused)
+    status: str = "off"
     notes: list[str] = dataclasses.field(default_factory=list)
 
     def output(self) -> Any:
