@@ -2,8 +2,8 @@
 
 Strict torch.export (dynamo) is most of a rerun's cost once Circle conversions come from the
 cache, and it reruns even when nothing changed because the Circle key is computed from the
-traced program. This cache skips it when the adapter provably computes the same thing as when
-the program was traced. The key is an execution trace of the export adapter on the export
+traced program. This cache skips it when the adapter executes exactly as it did when the
+program was traced (the limits of that are stated at the end). The key is an execution trace of the export adapter on the export
 inputs, run eagerly on a copy (milliseconds, where strict export takes seconds):
 
 - every aten op dispatched, with its arguments and the data flow between ops (a traced graph
@@ -21,7 +21,12 @@ instance, a helper it calls, a flag it reads, a weight, a qparam, an input shape
 the key. What is stored is only what the export checks read from the program: its output on
 the export inputs, its graph facts, and its Circle cache key (the Circle cache itself stays
 keyed by the traced program). Anything the key cannot describe exactly makes the adapter
-uncacheable: it is exported every time. ``--no-export-cache`` traces every program.
+uncacheable: it is exported every time.
+
+Limits: a change that alters no executed Python code, no global it names, no module attribute,
+no dispatched op, argument or byte and no output, yet changes what dynamo traces (say, a
+closure variable read only on a branch the ops do not reveal) is not seen. Runs that must rule
+that out pass ``--no-export-cache``, which traces every program.
 """
 
 from __future__ import annotations
