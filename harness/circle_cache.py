@@ -20,14 +20,13 @@ import functools
 import hashlib
 import importlib.metadata
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from harness.entry_store import EntryStore
 from harness.qparam_audit import AuditResult
 
 KEY_SCHEMA = "circle-cache-v1"
@@ -129,7 +128,7 @@ def _harness_source_hash() -> str:
     """The harness code that produces what is cached (conversion call and audit walker)."""
     here = Path(__file__).parent
     h = hashlib.sha256()
-    for name in ("circle_cache.py", "export.py", "qparam_audit.py"):
+    for name in ("circle_cache.py", "entry_store.py", "export.py", "qparam_audit.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()
 
@@ -156,42 +155,24 @@ class CacheEntry:
 
 
 class CircleCache:
-    """Directory of <key>.circle + <key>.json (audit and the binary's sha256)."""
+    """<key>.circle (the binary) + <key>.json (audit, environment, the binary's sha256)."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
-
-    def _paths(self, key: str) -> tuple[Path, Path]:
-        folder = self.root / key[:2]
-        return folder / f"{key}.circle", folder / f"{key}.json"
+        self._store = EntryStore(self.root, ".circle")
 
     def get(self, key: str) -> tuple[CacheEntry | None, list[str]]:
         """The entry (None on a miss) and notes on what was wrong with a damaged one."""
-        binary_path, meta_path = self._paths(key)
-        if not meta_path.exists() or not binary_path.exists():
-            return None, []
         try:
-            meta = json.loads(meta_path.read_text())
-            binary = binary_path.read_bytes()
-            if hashlib.sha256(binary).hexdigest() != meta["binary_sha256"]:
-                raise ValueError("binary does not match its recorded sha256")
+            found = self._store.read(key)
+            if found is None:
+                return None, []
+            binary, meta = found
             audit = AuditResult(**meta["audit"])
         except Exception as exc:  # noqa: BLE001 - a damaged entry is a miss, never a wrong answer
             return None, [f"circle cache entry {key[:12]} unreadable ({type(exc).__name__}: {exc}); reconverted"]
         return CacheEntry(binary=binary, audit=audit), []
 
     def put(self, key: str, entry: CacheEntry) -> None:
-        binary_path, meta_path = self._paths(key)
-        binary_path.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"binary_sha256": hashlib.sha256(entry.binary).hexdigest(), "audit": dataclasses.asdict(entry.audit),
-                "environment": environment_fingerprint()}
-        # Binary first, manifest last: a reader sees either no entry or a complete one.
-        for path, data in ((binary_path, entry.binary), (meta_path, json.dumps(meta).encode())):
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+        self._store.write(key, entry.binary, {"audit": dataclasses.asdict(entry.audit),
+                                              "environment": environment_fingerprint()})

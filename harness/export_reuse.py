@@ -46,7 +46,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.circle_cache import Uncacheable, _package_source_hash, _tensor_bytes
-from harness.results import atomic_write_text
+from harness.entry_store import EntryStore
 
 KEY_SCHEMA = "export-reuse-v1"
 # Ops torch.export inserts when a graph depends on input *values*, not just shapes.
@@ -250,7 +250,7 @@ def _module_tree_text(root: torch.nn.Module, put: Any) -> None:
 def _environment() -> str:
     here = Path(__file__).parent
     harness = hashlib.sha256()
-    for name in ("export_reuse.py", "export.py", "circle_cache.py", "qparam_audit.py"):
+    for name in ("export_reuse.py", "entry_store.py", "export.py", "circle_cache.py", "qparam_audit.py"):
         harness.update((here / name).read_bytes())
     return json.dumps({
         "schema": KEY_SCHEMA,
@@ -346,27 +346,21 @@ def _traced_run(runner: torch.nn.Module, run_args: tuple, put: Any) -> tuple[Any
 
 # -- the store ------------------------------------------------------------------------------
 class ExportCache:
-    """Directory of <key>.json (facts, Circle key, outputs' sha256) + <key>.safetensors."""
+    """<key>.safetensors (the program's output tensors) + <key>.json (facts, Circle key, sha256)."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
-
-    def _paths(self, key: str) -> tuple[Path, Path]:
-        folder = self.root / key[:2]
-        return folder / f"{key}.safetensors", folder / f"{key}.json"
+        self._store = EntryStore(self.root, ".safetensors")
 
     def get(self, key: str) -> tuple[ExportRecord | None, list[str]]:
         """The record (None on a miss) and notes on what was wrong with a damaged entry."""
         from safetensors.torch import load
 
-        tensors_path, meta_path = self._paths(key)
-        if not meta_path.exists() or not tensors_path.exists():
-            return None, []
         try:
-            meta = json.loads(meta_path.read_text())
-            data = tensors_path.read_bytes()
-            if hashlib.sha256(data).hexdigest() != meta["tensors_sha256"]:
-                raise ValueError("outputs do not match their recorded sha256")
+            found = self._store.read(key)
+            if found is None:
+                return None, []
+            data, meta = found
             tensors = load(data)
             leaves = [tensors[f"leaf{i}"] if kind == "tensor" else value
                       for i, (kind, value) in enumerate(meta["leaves"])]
@@ -390,26 +384,7 @@ class ExportCache:
                 leaves.append(("value", leaf))
             else:
                 raise Uncacheable(f"program output leaf of type {type(leaf).__name__}")
-        data = save(tensors)
-        meta = {"tensors_sha256": hashlib.sha256(data).hexdigest(), "leaves": leaves,
-                "output_spec": record.output_spec, "graph_nodes": record.graph_nodes,
-                "value_guards": record.value_guards, "symbolic_shapes": record.symbolic_shapes,
-                "circle_key": record.circle_key, "environment": json.loads(_environment())}
-        tensors_path, meta_path = self._paths(key)
-        tensors_path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write_bytes(tensors_path, data)
-        atomic_write_text(meta_path, json.dumps(meta))  # manifest last: an entry is whole or absent
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        self._store.write(key, save(tensors), {
+            "leaves": leaves, "output_spec": record.output_spec, "graph_nodes": record.graph_nodes,
+            "value_guards": record.value_guards, "symbolic_shapes": record.symbolic_shapes,
+            "circle_key": record.circle_key, "environment": json.loads(_environment())})

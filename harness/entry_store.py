@@ -1,0 +1,42 @@
+"""On-disk store shared by the Circle and export caches: per key, a payload file and a JSON
+manifest that records the payload's sha256. The payload is written first and the manifest
+last, each atomically, so a reader finds a whole entry or none; a payload that does not match
+its manifest is reported as damaged, never returned."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.results import atomic_write_bytes, atomic_write_text
+
+
+class EntryStore:
+    """<root>/<key[:2]>/<key><suffix> (payload) + <key>.json (manifest)."""
+
+    def __init__(self, root: Path, suffix: str):
+        self.root = Path(root)
+        self.suffix = suffix
+
+    def _paths(self, key: str) -> tuple[Path, Path]:
+        folder = self.root / key[:2]
+        return folder / f"{key}{self.suffix}", folder / f"{key}.json"
+
+    def read(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
+        """(payload, manifest), or None when there is no entry. Raises when the entry is damaged
+        (unreadable, not JSON, or a payload that does not match its recorded sha256)."""
+        payload_path, manifest_path = self._paths(key)
+        if not manifest_path.exists() or not payload_path.exists():
+            return None
+        manifest = json.loads(manifest_path.read_text())
+        payload = payload_path.read_bytes()
+        if hashlib.sha256(payload).hexdigest() != manifest["payload_sha256"]:
+            raise ValueError("payload does not match its recorded sha256")
+        return payload, manifest
+
+    def write(self, key: str, payload: bytes, manifest: dict[str, Any]) -> None:
+        payload_path, manifest_path = self._paths(key)
+        atomic_write_bytes(payload_path, payload)
+        atomic_write_text(manifest_path, json.dumps(dict(manifest, payload_sha256=hashlib.sha256(payload).hexdigest())))
