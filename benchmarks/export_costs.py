@@ -1,0 +1,68 @@
+"""Per exported case: the export-reuse fingerprint vs one strict torch.export, side by side.
+
+    ./scripts/env.sh python benchmarks/export_costs.py [--cases a,b,...]
+
+Both run in this process on the same QUANT export adapter and inputs (1 torch thread). The
+fingerprint is what a warm rerun pays instead of the trace (harness/export_reuse.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="", help="comma-separated subset (default: every case with export)")
+    args = parser.parse_args()
+    import tomllib
+
+    # The same import roots pytest gets from pyproject (the out-of-tree example's package too).
+    for entry in reversed(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["pythonpath"]):
+        sys.path.insert(0, str(ROOT / entry))
+    import torch
+
+    torch.set_num_threads(1)
+    from harness.catalog import load_cases
+    from harness.export import export_program
+    from harness.export_reuse import Uncacheable, execution_key
+    from harness.pipeline import Pipeline, StageError, warm_imports
+
+    warm_imports()
+    chosen = {c for c in args.cases.split(",") if c}
+    totals = {"fingerprint": 0.0, "export": 0.0}
+    print(f"{'case':45s} {'fingerprint s':>13s} {'strict export s':>15s}")
+    for _, case in load_cases():
+        if case.export is None or (chosen and case.name not in chosen):
+            continue
+        pipeline = Pipeline(case, "tiny")
+        name = pipeline.export_sample_name
+        try:
+            adapter = pipeline.export_adapter("quant", name)
+        except StageError as err:
+            print(f"{case.name:45s} skipped: {err}")
+            continue
+        inputs = case.export.args(pipeline.sample(name))
+        start = time.perf_counter()
+        try:
+            execution_key(adapter, inputs)
+        except Uncacheable as why:
+            print(f"{case.name:45s} uncacheable: {why}")
+            continue
+        fingerprint = time.perf_counter() - start
+        start = time.perf_counter()
+        export_program(adapter, inputs)
+        export = time.perf_counter() - start
+        totals["fingerprint"] += fingerprint
+        totals["export"] += export
+        print(f"{case.name:45s} {fingerprint:13.3f} {export:15.2f}", flush=True)
+    print(f"{'total':45s} {totals['fingerprint']:13.2f} {totals['export']:15.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
