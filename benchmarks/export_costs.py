@@ -1,9 +1,12 @@
-"""Per exported case: the export-reuse fingerprint vs one strict torch.export, side by side.
+"""Per exported case, side by side: the export-reuse fingerprint vs one strict torch.export,
+and tico's conversion as tico runs it vs with deferred FX code generation.
 
     ./scripts/env.sh python benchmarks/export_costs.py [--cases a,b,...]
 
-Both run in this process on the same QUANT export adapter and inputs (1 torch thread). The
-fingerprint is what a warm rerun pays instead of the trace (harness/export_reuse.py)."""
+All run in this process on the same QUANT export adapter and inputs (1 torch thread). The
+fingerprint is what a warm rerun pays instead of the trace (harness/export_reuse.py); the
+deferred conversion is what every cold conversion pays (harness/export.py), and its Circle
+bytes and audited graph are compared with tico's own conversion for every case."""
 
 from __future__ import annotations
 
@@ -28,14 +31,16 @@ def main() -> int:
 
     torch.set_num_threads(1)
     from harness.catalog import load_cases
-    from harness.export import export_program
+    from harness.export import _convert, export_program
     from harness.export_reuse import Uncacheable, execution_key
     from harness.pipeline import Pipeline, StageError, warm_imports
 
     warm_imports()
     chosen = {c for c in args.cases.split(",") if c}
-    totals = {"fingerprint": 0.0, "export": 0.0}
-    print(f"{'case':45s} {'fingerprint s':>13s} {'strict export s':>15s}")
+    totals = {"fingerprint": 0.0, "export": 0.0, "as_tico": 0.0, "deferred": 0.0}
+    differing = []
+    print(f"{'case':45s} {'fingerprint s':>13s} {'strict export s':>15s} "
+          f"{'convert as tico s':>17s} {'deferred codegen s':>18s}  same result")
     for _, case in load_cases():
         if case.export is None or (chosen and case.name not in chosen):
             continue
@@ -55,13 +60,29 @@ def main() -> int:
             continue
         fingerprint = time.perf_counter() - start
         start = time.perf_counter()
-        export_program(adapter, inputs)
+        program = export_program(adapter, inputs)
         export = time.perf_counter() - start
-        totals["fingerprint"] += fingerprint
-        totals["export"] += export
-        print(f"{case.name:45s} {fingerprint:13.3f} {export:15.2f}", flush=True)
-    print(f"{'total':45s} {totals['fingerprint']:13.2f} {totals['export']:15.1f}")
-    return 0
+        start = time.perf_counter()
+        as_tico = _convert(program, defer_codegen=False)
+        as_tico_s = time.perf_counter() - start
+        start = time.perf_counter()
+        deferred = _convert(program, defer_codegen=True)
+        deferred_s = time.perf_counter() - start
+        same = deferred == as_tico
+        if not same:
+            differing.append(case.name)
+        for key, secs in (("fingerprint", fingerprint), ("export", export), ("as_tico", as_tico_s),
+                          ("deferred", deferred_s)):
+            totals[key] += secs
+        print(f"{case.name:45s} {fingerprint:13.3f} {export:15.2f} {as_tico_s:17.2f} {deferred_s:18.2f}  "
+              f"{'yes' if same else 'NO'}", flush=True)
+    print(f"{'total':45s} {totals['fingerprint']:13.2f} {totals['export']:15.1f} "
+          f"{totals['as_tico']:17.1f} {totals['deferred']:18.1f}")
+    if totals["as_tico"]:
+        print(f"deferred / as tico: {totals['deferred'] / totals['as_tico']:.2f}")
+    if differing:
+        print(f"deferred conversion differs from tico's own on: {', '.join(differing)}")
+    return 1 if differing else 0
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ program captured for the qparam audit), and Circle replay in tico's reference ru
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,11 +55,54 @@ def _capture_quantized_program() -> Iterator[dict[str, Any]]:
         convert_module.check_missing_qparam = original
 
 
-def _convert(program: Any) -> tuple[bytes, AuditResult]:
+@contextmanager
+def _deferred_fx_codegen() -> Iterator[None]:
+    """Defer FX code generation during tico's passes, which change nothing else.
+
+    After its decompositions, tico runs some 40 passes and each ends in
+    ``GraphModule.recompile()``: Python source generated and compiled for the whole graph,
+    about half of conversion time, though no pass reads that code. torch's own
+    ``_LazyGraphModule`` (what inductor uses for the same reason) turns ``recompile()`` into
+    a mark and generates the code only when ``code`` or ``forward`` is used. The decomposed
+    program's graph module is swapped for a lazy one; the Circle bytes and the captured
+    quantized graph are the same (tests/test_deferred_codegen.py compares them; benchmarks/export_costs.py for every case).
+    The final graph is compiled once at the end, so a graph whose code cannot be generated
+    still fails conversion."""
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
+    except ImportError:  # another torch: convert as tico does, only slower
+        yield
+        return
+    import tico.utils.convert as convert_module
+
+    original = convert_module.traced_run_decompositions
+    decomposed: list[Any] = []
+
+    def decompose_then_defer(program: Any) -> Any:
+        program = original(program)
+        eager = program.graph_module
+        lazy = _LazyGraphModule.from_graphmodule(eager)
+        lazy.meta.update(eager.meta)
+        program._graph_module = lazy
+        decomposed.append(program)
+        return program
+
+    convert_module.traced_run_decompositions = decompose_then_defer
+    try:
+        with _use_lazy_graph_module(True):
+            yield
+        for program in decomposed:
+            _LazyGraphModule.force_recompile(program.graph_module)
+    finally:
+        convert_module.traced_run_decompositions = original
+
+
+def _convert(program: Any, defer_codegen: bool = True) -> tuple[bytes, AuditResult]:
     """Convert a private copy (tico's passes mutate the program they are given)."""
     from tico.utils.convert import convert_exported_module_to_circle
 
-    with _capture_quantized_program() as captured, torch.no_grad():
+    deferral = _deferred_fx_codegen() if defer_codegen else contextlib.nullcontext()
+    with _capture_quantized_program() as captured, deferral, torch.no_grad():
         binary = convert_exported_module_to_circle(copy.deepcopy(program))
     audit = audit_exported_program(captured["program"]) if "program" in captured else AuditResult()
     return binary, audit

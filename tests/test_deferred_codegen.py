@@ -1,0 +1,79 @@
+"""Deferred FX code generation during tico's conversion (harness/export.py): the Circle bytes
+and the audited quantized graph equal tico's own conversion, the per-pass code generation is
+really skipped, and a graph whose code cannot be generated still fails conversion."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cases.gemma4 import CASES as GEMMA4_CASES
+from cases.llama import CASES as LLAMA_CASES
+from cases.nn import CASES as NN_CASES
+from harness.export import _convert
+from harness.pipeline import Pipeline
+
+CASES = {case.name: case for case in [*NN_CASES, *LLAMA_CASES, *GEMMA4_CASES]}
+
+
+def _program(name: str):
+    return Pipeline(CASES[name], "tiny").exported_program
+
+
+# A linear layer, a decoder layer (rotary, mask, attention, MLP), a Conv patch embedder.
+@pytest.mark.parametrize("name", ["nn_linear", "llama_decoder_layer_prefill", "gemma4_vision_patch_embedder"])
+def test_deferred_conversion_equals_tico_conversion(name):
+    program = _program(name)
+    as_tico_does, deferred = _convert(program, defer_codegen=False), _convert(program, defer_codegen=True)
+    assert deferred[0] == as_tico_does[0]
+    assert deferred[1] == as_tico_does[1]
+
+
+def _count_real_codegen(monkeypatch) -> list[int]:
+    """Count whole-graph code generations (GraphModule.recompile proper; a lazy module's
+    recompile() only marks, and its real one calls this)."""
+    calls = [0]
+    original = torch.fx.GraphModule.recompile
+
+    def counted(self):
+        calls[0] += 1
+        return original(self)
+
+    monkeypatch.setattr(torch.fx.GraphModule, "recompile", counted)
+    return calls
+
+
+def test_deferral_skips_the_per_pass_code_generation(monkeypatch):
+    program = _program("llama_decoder_layer_prefill")
+    calls = _count_real_codegen(monkeypatch)
+    _convert(program, defer_codegen=False)
+    as_tico_does, calls[0] = calls[0], 0
+    _convert(program, defer_codegen=True)
+    assert as_tico_does > 50, as_tico_does
+    assert calls[0] < as_tico_does / 5, (calls[0], as_tico_does)
+
+
+def test_a_graph_whose_code_cannot_be_generated_still_fails_conversion(monkeypatch):
+    """Code generation breaks once tico's quantization passes start, after the last pass that
+    would have generated code eagerly under deferral: only the final compile can see it."""
+    from tico.quantization.passes.fold_quant_ops import FoldQuantOps
+
+    program = _program("nn_linear")
+    armed = [False]
+    original_codegen, original_fold = torch.fx.Graph.python_code, FoldQuantOps.call
+
+    def codegen(self, *args, **kwargs):
+        if armed[0]:
+            raise SyntaxError("injected: this graph's code cannot be generated")
+        return original_codegen(self, *args, **kwargs)
+
+    def fold_then_arm(self, exported_program):
+        armed[0] = True
+        return original_fold(self, exported_program)
+
+    monkeypatch.setattr(torch.fx.Graph, "python_code", codegen)
+    monkeypatch.setattr(FoldQuantOps, "call", fold_then_arm)
+    for defer in (False, True):
+        armed[0] = False
+        with pytest.raises(SyntaxError, match="injected"):
+            _convert(program, defer_codegen=defer)
