@@ -57,17 +57,17 @@ def _capture_quantized_program() -> Iterator[dict[str, Any]]:
 
 @contextmanager
 def _deferred_fx_codegen() -> Iterator[None]:
-    """Defer FX code generation during tico's passes, which change nothing else.
+    """Skip the whole-graph code generation tico's passes trigger and never use.
 
-    After its decompositions, tico runs some 40 passes and each ends in
-    ``GraphModule.recompile()``: Python source generated and compiled for the whole graph,
-    about half of conversion time, though no pass reads that code. torch's own
-    ``_LazyGraphModule`` (what inductor uses for the same reason) turns ``recompile()`` into
-    a mark and generates the code only when ``code`` or ``forward`` is used. The decomposed
-    program's graph module is swapped for a lazy one; the Circle bytes and the captured
-    quantized graph are the same (tests/test_deferred_codegen.py compares them; benchmarks/export_costs.py for every case).
-    The final graph is compiled once at the end, so a graph whose code cannot be generated
-    still fails conversion."""
+    After its decompositions, tico's passes call ``GraphModule.recompile()`` after every
+    change (about 230 times for a decoder layer): Python source generated and compiled for
+    the whole graph each time, about 40% of conversion time, though no pass reads that code.
+    torch's own ``_LazyGraphModule`` (what inductor uses for the same reason) turns
+    ``recompile()`` into a mark and generates the code only when ``code`` or ``forward`` is
+    used. The decomposed program's graph module is swapped for a lazy one. The Circle bytes
+    and the captured quantized graph are the same (tests/test_deferred_codegen.py compares
+    them; benchmarks/export_costs.py does so for every case). The final graph is compiled
+    once at the end, so a graph whose code cannot be generated still fails conversion."""
     try:
         from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
     except ImportError:  # another torch: convert as tico does, only slower
