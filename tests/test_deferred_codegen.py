@@ -54,8 +54,9 @@ def test_deferral_skips_the_per_pass_code_generation(monkeypatch):
 
 
 def test_a_graph_whose_code_cannot_be_generated_still_fails_conversion(monkeypatch):
-    """Code generation breaks once tico's quantization passes start, after the last pass that
-    would have generated code eagerly under deferral: only the final compile can see it."""
+    """Code generation breaks once tico's quantization passes start. As tico runs them, the
+    next recompile() fails; under deferral no pass generates code, so only the final compile
+    can see it (this test fails with that compile removed)."""
     from tico.quantization.passes.fold_quant_ops import FoldQuantOps
 
     program = _program("nn_linear")
