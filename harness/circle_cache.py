@@ -159,19 +159,12 @@ class CircleCache:
 
     def __init__(self, root: Path):
         self.root = Path(root)
-        self._store = EntryStore(self.root, ".circle")
+        self._store = EntryStore(self.root, ".circle", "circle cache")
 
     def get(self, key: str) -> tuple[CacheEntry | None, list[str]]:
         """The entry (None on a miss) and notes on what was wrong with a damaged one."""
-        try:
-            found = self._store.read(key)
-            if found is None:
-                return None, []
-            binary, meta = found
-            audit = AuditResult(**meta["audit"])
-        except Exception as exc:  # noqa: BLE001 - a damaged entry is a miss, never a wrong answer
-            return None, [f"circle cache entry {key[:12]} unreadable ({type(exc).__name__}: {exc}); reconverted"]
-        return CacheEntry(binary=binary, audit=audit), []
+        return self._store.lookup(
+            key, lambda binary, meta: CacheEntry(binary=binary, audit=AuditResult(**meta["audit"])), "reconverted")
 
     def put(self, key: str, entry: CacheEntry) -> None:
         self._store.write(key, entry.binary, {"audit": dataclasses.asdict(entry.audit),

@@ -345,31 +345,27 @@ def _traced_run(runner: torch.nn.Module, run_args: tuple, put: Any) -> tuple[Any
 
 
 # -- the store ------------------------------------------------------------------------------
+def _decode_record(data: bytes, meta: dict[str, Any]) -> ExportRecord:
+    """The record ExportCache.put wrote (output tensors by leaf index, other leaves inline)."""
+    from safetensors.torch import load
+
+    tensors = load(data)
+    leaves = [tensors[f"leaf{i}"] if kind == "tensor" else value for i, (kind, value) in enumerate(meta["leaves"])]
+    return ExportRecord(output_leaves=leaves, output_spec=meta["output_spec"], graph_nodes=int(meta["graph_nodes"]),
+                        value_guards=list(meta["value_guards"]), symbolic_shapes=list(meta["symbolic_shapes"]),
+                        circle_key=meta["circle_key"])
+
+
 class ExportCache:
     """<key>.safetensors (the program's output tensors) + <key>.json (facts, Circle key, sha256)."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
-        self._store = EntryStore(self.root, ".safetensors")
+        self._store = EntryStore(self.root, ".safetensors", "export cache")
 
     def get(self, key: str) -> tuple[ExportRecord | None, list[str]]:
         """The record (None on a miss) and notes on what was wrong with a damaged entry."""
-        from safetensors.torch import load
-
-        try:
-            found = self._store.read(key)
-            if found is None:
-                return None, []
-            data, meta = found
-            tensors = load(data)
-            leaves = [tensors[f"leaf{i}"] if kind == "tensor" else value
-                      for i, (kind, value) in enumerate(meta["leaves"])]
-            record = ExportRecord(output_leaves=leaves, output_spec=meta["output_spec"],
-                                  graph_nodes=int(meta["graph_nodes"]), value_guards=list(meta["value_guards"]),
-                                  symbolic_shapes=list(meta["symbolic_shapes"]), circle_key=meta["circle_key"])
-        except Exception as exc:  # noqa: BLE001 - a damaged entry is a miss, never a wrong answer
-            return None, [f"export cache entry {key[:12]} unreadable ({type(exc).__name__}: {exc}); traced again"]
-        return record, []
+        return self._store.lookup(key, _decode_record, "traced again")
 
     def put(self, key: str, record: ExportRecord) -> None:
         from safetensors.torch import save
