@@ -14,8 +14,19 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def timed_conversion(program: Any, defer_codegen: bool) -> tuple[Any, float, int]:
+    """(bytes and audit, seconds, whole-graph code generations) of one conversion."""
+    from harness.export import _convert, counting_codegens
+
+    with counting_codegens() as codegens:
+        start = time.perf_counter()
+        result = _convert(program, defer_codegen=defer_codegen)
+        return result, time.perf_counter() - start, codegens[0]
 
 
 def main() -> int:
@@ -31,7 +42,7 @@ def main() -> int:
 
     torch.set_num_threads(1)
     from harness.catalog import load_cases
-    from harness.export import _convert, export_program
+    from harness.export import export_program
     from harness.export_reuse import Uncacheable, execution_key
     from harness.pipeline import Pipeline, StageError, warm_imports
 
@@ -40,7 +51,7 @@ def main() -> int:
     totals = {"fingerprint": 0.0, "export": 0.0, "as_tico": 0.0, "deferred": 0.0}
     differing = []
     print(f"{'case':45s} {'fingerprint s':>13s} {'strict export s':>15s} "
-          f"{'convert as tico s':>17s} {'deferred codegen s':>18s}  same result")
+          f"{'convert as tico s':>17s} {'deferred codegen s':>18s} {'codegens as tico/deferred':>25s}  same result")
     for _, case in load_cases():
         if case.export is None or (chosen and case.name not in chosen):
             continue
@@ -62,20 +73,17 @@ def main() -> int:
         start = time.perf_counter()
         program = export_program(adapter, inputs)
         export = time.perf_counter() - start
-        start = time.perf_counter()
-        as_tico = _convert(program, defer_codegen=False)
-        as_tico_s = time.perf_counter() - start
-        start = time.perf_counter()
-        deferred = _convert(program, defer_codegen=True)
-        deferred_s = time.perf_counter() - start
+        as_tico, as_tico_s, as_tico_codegens = timed_conversion(program, defer_codegen=False)
+        deferred, deferred_s, deferred_codegens = timed_conversion(program, defer_codegen=True)
         same = deferred == as_tico
         if not same:
             differing.append(case.name)
         for key, secs in (("fingerprint", fingerprint), ("export", export), ("as_tico", as_tico_s),
                           ("deferred", deferred_s)):
             totals[key] += secs
-        print(f"{case.name:45s} {fingerprint:13.3f} {export:15.2f} {as_tico_s:17.2f} {deferred_s:18.2f}  "
-              f"{'yes' if same else 'NO'}", flush=True)
+        codegens = f"{as_tico_codegens}/{deferred_codegens}"
+        print(f"{case.name:45s} {fingerprint:13.3f} {export:15.2f} {as_tico_s:17.2f} {deferred_s:18.2f} "
+              f"{codegens:>25s}  {'yes' if same else 'NO'}", flush=True)
     print(f"{'total':45s} {totals['fingerprint']:13.2f} {totals['export']:15.1f} "
           f"{totals['as_tico']:17.1f} {totals['deferred']:18.1f}")
     if totals["as_tico"]:

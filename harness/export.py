@@ -60,8 +60,8 @@ def _deferred_fx_codegen() -> Iterator[None]:
     """Skip the whole-graph code generation tico's passes trigger and never use.
 
     After its decompositions, tico's passes call ``GraphModule.recompile()`` after every
-    change (about 230 times for a decoder layer): Python source generated and compiled for
-    the whole graph each time, about 40% of conversion time, though no pass reads that code.
+    change (239 times in one conversion of llama_decoder_layer_decode): Python source generated
+    and compiled for the whole graph each time, about 40% of conversion time, though no pass reads that code.
     torch's own ``_LazyGraphModule`` (what inductor uses for the same reason) turns
     ``recompile()`` into a mark and generates the code only when ``code`` or ``forward`` is
     used. The decomposed program's graph module is swapped for a lazy one. The Circle bytes
@@ -95,6 +95,25 @@ def _deferred_fx_codegen() -> Iterator[None]:
             _LazyGraphModule.force_recompile(program.graph_module)
     finally:
         convert_module.traced_run_decompositions = original
+
+
+@contextmanager
+def counting_codegens() -> Iterator[list[int]]:
+    """Count whole-graph code generations (calls of GraphModule.recompile proper; a lazy
+    module's recompile() only marks the graph, and its real one calls this): how the deferral
+    is measured (benchmarks/export_costs.py) and tested."""
+    original = torch.fx.GraphModule.recompile
+    count = [0]
+
+    def counted(self: Any) -> Any:
+        count[0] += 1
+        return original(self)
+
+    torch.fx.GraphModule.recompile = counted
+    try:
+        yield count
+    finally:
+        torch.fx.GraphModule.recompile = original
 
 
 def _convert(program: Any, defer_codegen: bool = True) -> tuple[bytes, AuditResult]:

@@ -10,7 +10,7 @@ import torch
 from cases.gemma4 import CASES as GEMMA4_CASES
 from cases.llama import CASES as LLAMA_CASES
 from cases.nn import CASES as NN_CASES
-from harness.export import _convert
+from harness.export import _convert, counting_codegens
 from harness.pipeline import Pipeline
 
 CASES = {case.name: case for case in [*NN_CASES, *LLAMA_CASES, *GEMMA4_CASES]}
@@ -29,28 +29,14 @@ def test_deferred_conversion_equals_tico_conversion(name):
     assert deferred[1] == as_tico_does[1]
 
 
-def _count_real_codegen(monkeypatch) -> list[int]:
-    """Count whole-graph code generations (GraphModule.recompile proper; a lazy module's
-    recompile() only marks, and its real one calls this)."""
-    calls = [0]
-    original = torch.fx.GraphModule.recompile
-
-    def counted(self):
-        calls[0] += 1
-        return original(self)
-
-    monkeypatch.setattr(torch.fx.GraphModule, "recompile", counted)
-    return calls
-
-
-def test_deferral_skips_the_per_pass_code_generation(monkeypatch):
+def test_deferral_skips_the_per_pass_code_generation():
     program = _program("llama_decoder_layer_prefill")
-    calls = _count_real_codegen(monkeypatch)
-    _convert(program, defer_codegen=False)
-    as_tico_does, calls[0] = calls[0], 0
-    _convert(program, defer_codegen=True)
-    assert as_tico_does > 50, as_tico_does
-    assert calls[0] < as_tico_does / 5, (calls[0], as_tico_does)
+    with counting_codegens() as as_tico_does:
+        _convert(program, defer_codegen=False)
+    with counting_codegens() as deferred:
+        _convert(program, defer_codegen=True)
+    assert as_tico_does[0] > 50, as_tico_does
+    assert deferred[0] < as_tico_does[0] / 5, (deferred, as_tico_does)
 
 
 def test_a_graph_whose_code_cannot_be_generated_still_fails_conversion(monkeypatch):
