@@ -37,8 +37,10 @@ def written(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def golden_copy(written, tmp_path) -> Path:
+    """The written golden plus the committed measured noise (its per-tensor limits)."""
     for f in written.iterdir():
         (tmp_path / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "noise.json").write_bytes((REPO / "golden" / "noise.json").read_bytes())
     return tmp_path
 
 
@@ -75,32 +77,41 @@ def test_manifest_records_versions_seed_hash_and_steps(written):
     assert step == pytest.approx(float(_pipeline(written).quantized.wrapped.obs_encoder_out._cached_scale))
 
 
-def test_two_step_drift_fails_with_location(golden_copy):
+def test_a_rounding_flip_passes(golden_copy):
+    """One element one step off: what a rounding flip does on another CPU. The encoder's measured
+    noise shows no flips, so the limit is the one-flip floor."""
     step = _step(golden_copy, "quant_output.default")
-    _edit(golden_copy, lambda t: t["quant_output.default"][0, 3, 5].add_(2 * step))
-    text = problems_text(GOLDEN.run(_pipeline(golden_copy)))
-    assert "quant_output.default: drifted 2 steps" in text
-    assert "1 of 256 elements changed; worst at [0, 3, 5]" in text
-
-
-def test_small_drift_within_tolerance_passes(golden_copy):
-    step = _step(golden_copy, "quant_output.default")
-    _edit(golden_copy, lambda t: t["quant_output.default"][0, 3, 5].add_(0.4 * step))
+    _edit(golden_copy, lambda t: t["quant_output.default"][0, 3, 5].add_(step))
     result = GOLDEN.run(_pipeline(golden_copy))
     assert result.passed, problems_text(result)
     assert result.evidence["quant_output.default"]["changed"] == 1
 
 
-def test_many_small_changes_fail(golden_copy):
+def test_whole_output_moved_one_step_fails_with_the_statistic(golden_copy):
     step = _step(golden_copy, "quant_output.default")
-    _edit(golden_copy, lambda t: t["quant_output.default"][0, :4].add_(0.5 * step))
-    assert "128 of 256 elements changed" in problems_text(GOLDEN.run(_pipeline(golden_copy)))
-
-
-def test_unstepped_tensor_uses_atol(golden_copy):
-    _edit(golden_copy, lambda t: t["reference_output.padded"][0, 0, 0].add_(1e-3))
+    _edit(golden_copy, lambda t: t["quant_output.default"].add_(step))
     text = problems_text(GOLDEN.run(_pipeline(golden_copy)))
-    assert "reference_output.padded: 1 of 256 elements beyond atol=1e-06" in text
+    assert "quant_output.default: err_ratio" in text and "rms move / the output's own quantization error rms" in text
+    assert "256 of 256 elements changed" in text and "x the largest value measured across kernel selections" in text
+
+
+def test_observer_scale_one_level_off_fails(golden_copy):
+    _edit(golden_copy, lambda t: t["qparams.obs_encoder_out.scale"].mul_(255 / 254))
+    assert "qparams.obs_encoder_out.scale: scale_rel 0.0039" in (text := problems_text(GOLDEN.run(_pipeline(golden_copy))))
+    assert "> limit 5e-06 (relative scale change)" in text
+
+
+def test_zero_point_off_by_one_fails(golden_copy):
+    _edit(golden_copy, lambda t: t["qparams.obs_encoder_out.zp"].add_(1))
+    assert "qparams.obs_encoder_out.zp: zero_point_abs 1 > limit 0" in problems_text(GOLDEN.run(_pipeline(golden_copy)))
+
+
+def test_float_tensor_relative_to_its_magnitude(golden_copy):
+    magnitude = float(load_file(str(golden.paths(golden_copy, "gemma4_vision_encoder", "tiny")[0]))["reference_output.padded"].abs().max())
+    _edit(golden_copy, lambda t: t["reference_output.padded"][0, 0, 0].add_(1e-6 * magnitude))
+    assert GOLDEN.run(_pipeline(golden_copy)).passed
+    _edit(golden_copy, lambda t: t["reference_output.padded"][0, 0, 0].add_(1e-3 * magnitude))
+    assert "reference_output.padded: float_rel 0.001 > limit 0.0001" in problems_text(GOLDEN.run(_pipeline(golden_copy)))
 
 
 def test_stale_config_is_reported_as_stale_not_drift(golden_copy):
@@ -108,8 +119,42 @@ def test_stale_config_is_reported_as_stale_not_drift(golden_copy):
 
     changed = dataclasses.replace(VISION_ENCODER, seed=124)
     text = problems_text(GOLDEN.run(_pipeline(golden_copy, case=changed)))
-    assert "is stale: the case config, reference weights or inputs changed" in text
-    assert "drifted" not in text
+    assert "is stale: the case identity, seed, PTQ config" in text
+    assert "err_ratio" not in text
+
+
+def _manifest_edit(directory: Path, edit) -> None:
+    _, manifest_path = golden.paths(directory, "gemma4_vision_encoder", "tiny")
+    manifest = json.loads(manifest_path.read_text())
+    edit(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+
+
+def test_float_inputs_within_rounding_noise_are_not_stale(golden_copy):
+    """Inputs computed in float move by rounding noise across CPUs: not a reason to call it stale."""
+    def nudge(manifest):
+        for sketch in manifest["input_sketch"].values():
+            sketch[1] *= 1 + 1e-6
+    _manifest_edit(golden_copy, nudge)
+    assert GOLDEN.run(_pipeline(golden_copy)).passed
+
+
+def test_changed_float_input_is_stale(golden_copy):
+    """An input whose content moved by 1% (another generator, a changed preprocessing)."""
+    def change(manifest):
+        sketch = manifest["input_sketch"]["evaluation[default].inputs_embeds"]
+        sketch[1] *= 1.01
+    _manifest_edit(golden_copy, change)
+    text = problems_text(GOLDEN.run(_pipeline(golden_copy)))
+    assert "is stale: float inputs changed by more than rounding noise" in text
+
+
+def test_failure_names_the_platform_that_wrote_the_golden(golden_copy):
+    def elsewhere(manifest):
+        manifest["platform"]["cpu_capability"] = "NEON"
+    _manifest_edit(golden_copy, elsewhere)
+    _edit(golden_copy, lambda t: t["qparams.obs_encoder_out.zp"].add_(1))
+    assert "[golden written on another platform: cpu_capability 'NEON' -> " in problems_text(GOLDEN.run(_pipeline(golden_copy)))
 
 
 def test_version_change_is_named(golden_copy):
@@ -117,8 +162,7 @@ def test_version_change_is_named(golden_copy):
     manifest = json.loads(manifest_path.read_text())
     manifest["versions"]["transformers"] = "5.9.0"
     manifest_path.write_text(json.dumps(manifest))
-    step = _step(golden_copy, "quant_output.default")
-    _edit(golden_copy, lambda t: t["quant_output.default"][0, 0, 0].add_(3 * step))
+    _edit(golden_copy, lambda t: t["qparams.obs_encoder_out.zp"].add_(1))
     assert "(manifest differs: transformers 5.9.0 -> 5.22.2)" in problems_text(GOLDEN.run(_pipeline(golden_copy)))
 
 
@@ -174,8 +218,7 @@ def test_defect_under_every_threshold_is_caught_by_golden_alone(written, monkeyp
             result = check.run(pipeline)
             assert result.passed, f"{check.name}: {problems_text(result)}"
     text = problems_text(GOLDEN.run(pipeline))
-    assert "qparams.obs_encoder_out.scale: 1 of 1 elements beyond atol" in text
-    assert "quant_output.default" in text
+    assert "qparams.obs_encoder_out.scale: scale_rel" in text and "> limit 5e-06" in text
 
 
 def test_update_golden_is_the_only_writer(tmp_path):
@@ -195,11 +238,11 @@ def _goldens_via_pytest(golden_dir: Path, *xdist: str) -> dict[str, str]:
 
 
 def test_goldens_are_bitwise_identical_across_runs_and_worker_counts(tmp_path):
+    """Bitwise identity is a same-machine, same-kernel-selection property: serial and -n 2 here
+    write the same bits. Against the committed goldens (written elsewhere) the portable
+    comparator applies: tests/test_portable_golden.py."""
     serial = _goldens_via_pytest(tmp_path / "serial", "-p", "no:xdist")
     parallel = _goldens_via_pytest(tmp_path / "parallel", "-n", "2")
-    committed = {
-        p.name: json.dumps({k: v["sha256"] for k, v in json.loads(p.read_text())["tensors"].items()}, sort_keys=True)
-        for p in sorted((REPO / "golden").glob("*.json"))
-    }
-    assert serial.keys() == parallel.keys() == committed.keys() and len(serial) >= 3
-    assert serial == parallel == committed
+    committed = {p.name for p in (REPO / "golden").glob("*.json") if p.name != "noise.json"}
+    assert serial.keys() == parallel.keys() == committed and len(serial) >= 3
+    assert serial == parallel

@@ -1,12 +1,12 @@
-"""Regression gate against committed golden tensors (see harness/golden.py).
+"""Regression gate against committed golden tensors (see harness/golden.py, harness/portable.py).
 
 Without ``--update-golden`` it only reads: a missing golden fails with the command that
-creates it, a corrupt one fails naming the damage, a stale one (case config or inputs
-changed) is reported as stale rather than as numeric drift, and drift names the tensor, how
-many elements moved, the worst index and the size in quantization steps and absolute, plus
-which library versions differ from the manifest."""
+creates it, a corrupt one fails naming the damage, a stale one (case declaration or inputs
+changed) is reported as stale rather than as numeric drift, and drift names the tensor, the
+statistic over its limit, how far beyond the measured cross-platform noise it is, and which
+library versions and platform differ from the manifest."""
 
-from harness import golden
+from harness import golden, portable
 from harness.checks.base import Check, CheckResult
 
 
@@ -30,28 +30,40 @@ def run(pipeline) -> CheckResult:
         result.fail(str(exc))
         return result
     moved = golden.version_changes(manifest)
+    platform = golden.platform_differences(manifest)
     context = f" (manifest differs: {', '.join(moved)})" if moved else ""
     result.evidence["version_changes"] = moved
+    result.evidence["platform_differences"] = platform
     if manifest.get("input_hash") != current_hash:
         result.metrics["stale"] = True
         result.fail(
-            f"golden for {case}[{profile}] is stale: the case config, reference weights or inputs changed since "
-            f"it was written{context}; review, then regenerate with: {golden.update_command(nodeid)}"
+            f"golden for {case}[{profile}] is stale: the case identity, seed, PTQ config or the names, shapes or "
+            f"integer contents of its weights and inputs changed since it was written{context}; review, then "
+            f"regenerate with: {golden.update_command(nodeid)}"
+        )
+        return result
+    moved_inputs = golden.sketch_changes(manifest.get("input_sketch") or {}, golden.input_sketch(pipeline))
+    if moved_inputs:
+        result.metrics["stale"] = True
+        result.fail(
+            f"golden for {case}[{profile}] is stale: float inputs changed by more than rounding noise: "
+            f"{', '.join(moved_inputs[:5])}{context}; review, then regenerate with: {golden.update_command(nodeid)}"
         )
         return result
     missing, added = sorted(set(stored) - set(current)), sorted(set(current) - set(stored))
     if missing or added:
         result.fail(f"golden tensor set changed: gone {missing[:5]}, new {added[:5]}{context}")
-    drifted = 0
-    for key in sorted(set(stored) & set(current)):
-        step = manifest["tensors"][key].get("step")
-        evidence, problem = golden.compare_tensor(key, stored[key], current[key], step, pipeline.case.golden_tolerance)
-        if evidence.get("changed"):
-            result.evidence[key] = evidence
-        if problem:
-            drifted += 1
-            result.fail(problem + context)
-    result.metrics.update({"tensors": len(stored), "drifted": drifted})
+    measured = portable.load_measured_noise(settings.golden_dir).get("cases", {}).get(case, {})
+    if not measured:
+        result.notes.append(f"no measured platform noise for {case} in {settings.golden_dir}/noise.json: quantized "
+                            f"outputs held to the unmeasured limit; measure with scripts/golden_noise.py")
+    evidence, problems = golden.compare(stored, current, manifest, pipeline.case.golden_tolerance, measured)
+    result.evidence.update(evidence)
+    where = f" [golden written on another platform: {'; '.join(platform)}]" if problems and platform else ""
+    for problem in problems:
+        result.fail(problem + context + where)
+    result.metrics.update({"tensors": len(stored), "drifted": len(problems),
+                           "worst_score": max((e.get("score", 0.0) for e in evidence.values()), default=0.0)})
     return result
 
 
