@@ -24,6 +24,7 @@ from harness import (
     Built,
     Case,
     CaseInputs,
+    Expected,
     ExportCapability,
     MaskCapability,
     MaskProbe,
@@ -34,6 +35,8 @@ from harness import (
 )
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
+
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER
 
 ASSISTANT_REQUIRES = ("transformers.models.gemma4_assistant.modeling_gemma4_assistant",)
 ASSISTANT_MIN_VERSIONS = {"transformers": "5.9"}
@@ -300,17 +303,24 @@ _TIED_HEAD = (
     "with ordered embeddings the core never calls lm_head; its (fake-quantized) weight only feeds the "
     "sparse head, so lm_head's activation observers are never fed"
 )
-_MASK_NEVER_SEES_FILL = (
+_MASK_NEVER_SEES_FILL = Expected(
     "calibrated like TICO's smoke (no padded target token), the full-attention layer's attn_mask observer "
-    "only ever sees zeros, so in QUANT mode the -120 fill collapses to ~-0.0003 and padded keys get "
-    "softmax weight (0.1 on zero logits); tico does not pin the mask observer's range to the fill value. "
-    "One padded calibration sample makes this pass"
+    "only ever sees zeros, so in QUANT mode the -120 fill collapses to about 0 and padded keys get "
+    "softmax weight; tico does not pin the mask observer's range to the fill value. "
+    "One padded calibration sample makes this pass",
+    problems=(
+        r"^QUANT mask \[padded\.layer1\.full_attention\]: fill value -120(\.0)? became -?0(\.0+\d*)? after fake-quant",
+        r"^QUANT mask \[padded\.layer1\.full_attention\]: a masked key keeps softmax weight \S+ \(limit 1e-06\): "
+        r"padding leaks",
+    ),
 )
-_CAPACITY_SLOTS_LEAK = (
+_CAPACITY_SLOTS_LEAK = Expected(
     "the static core always pads full-attention K/V to 16 slots masked with -120, which the "
-    "full-attention attn_mask observer (calibrated on the eager path, unpadded) clamps to ~0 in QUANT: "
-    "the empty slots leak into softmax, so the exported core differs from the dynamic forward (QUANT max "
-    "3.8e-5 default, 5.8e-4 padded; NO_QUANT 4.5e-8). One padded calibration sample makes this exact"
+    "full-attention attn_mask observer (calibrated on the eager path, unpadded) clamps to about 0 in QUANT: "
+    "the empty slots leak into softmax, so the exported core differs from the dynamic forward in QUANT "
+    "(NO_QUANT agrees). One padded calibration sample makes this exact",
+    problems=(r"^QUANT dynamic forward vs export adapter \[default\]: not close",
+              r"^QUANT dynamic forward vs export adapter \[padded\]: not close"),
 )
 _HOST_ONLY = (
     "the ordered sparse head is host-side by design and has no export path: TICO's smoke case sets "
@@ -347,7 +357,8 @@ CASES = [
             "lm_head.wrapped.obs_act_in": _TIED_HEAD,
             "lm_head.wrapped.obs_act_out": _TIED_HEAD,
         },
-        expected_failures={"mask_quant": _MASK_NEVER_SEES_FILL, "dynamic_vs_export": _CAPACITY_SLOTS_LEAK},
+        expected_failures={"mask_quant": _MASK_NEVER_SEES_FILL, "dynamic_vs_export": _CAPACITY_SLOTS_LEAK,
+                           "no_side_effects": MASK_TEMPLATE_PER_LAYER},
     ),
     Case(
         name="gemma4_assistant_sparse_head",

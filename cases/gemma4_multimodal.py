@@ -31,8 +31,8 @@ from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
 
 from cases._gemma4_text_common import additive_mask, allowed_pairs, attention_unused, sin_in_convention
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER
 from cases.gemma4 import (
-    PATCH_EMBEDDER_COPY,
     E2B_PROFILES,
     GEMMA4_MIN_VERSIONS,
     GEMMA4_REQUIRES,
@@ -318,7 +318,7 @@ MODEL_CASES = [
         rotary=RotaryCapability(tables=_MODEL_SITE.rotary),
         mask=MaskCapability(probes=_MODEL_SITE.masks),
         unused_observers={**_TEXT_UNUSED, "obs_per_layer_inputs": _PLE_OFF},
-        expected_failures={"no_side_effects": PATCH_EMBEDDER_COPY},
+        expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER},
         **_COMMON,
     ),
     Case(
@@ -333,7 +333,7 @@ MODEL_CASES = [
         mask=MaskCapability(probes=_CONDITIONAL_SITE.masks),
         not_applicable=_staged_export("QuantGemma4ForConditionalGeneration"),
         unused_observers={**_TEXT_UNUSED, "model.wrapped.obs_per_layer_inputs": _PLE_OFF},
-        expected_failures={"no_side_effects": PATCH_EMBEDDER_COPY},
+        expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER},
         **_COMMON,
     ),
     Case(
@@ -346,6 +346,7 @@ MODEL_CASES = [
         rotary=RotaryCapability(tables=_CAUSAL_LM_SITE.rotary),
         mask=MaskCapability(probes=_CAUSAL_LM_SITE.masks),
         not_applicable=_staged_export("QuantGemma4ForCausalLM"),
+        expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER},
         unused_observers={
             **_TEXT_UNUSED,
             "model.wrapped.obs_inputs_embeds": (

@@ -27,6 +27,7 @@ from harness import (
     Built,
     Case,
     CaseInputs,
+    Expected,
     ExportCapability,
     MaskCapability,
     MaskProbe,
@@ -38,6 +39,8 @@ from harness import (
 )
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
+
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER
 
 from cases._gemma4_text_common import (
     FILL,
@@ -152,11 +155,14 @@ def build_decoder_layer_decode(profile: str) -> Built:
 _EMPTY_SLOTS = (
     "calibrated like TICO's decode smoke, on full caches only (all-zero masks), the attention-mask observer "
     "ends with scale 1 / zero-point 0, so in QUANT the -120 on the 2 empty static-cache slots clamps to 0 "
-    "and they keep softmax weight (0.125 at zero logits): partial_cache mean |diff| 0.313 / max 0.922 / "
-    "PEIR 0.122 vs HF, against 0.186 on the full cache. Calibrating with one partial-cache step keeps the "
-    "fill but stretches obs_mask_add over -120, and the partial_cache error grows to 0.344 (measured on "
-    "tico 0.3.0)"
+    "and they keep softmax weight; the partial_cache sample's accuracy is measured (quant_accuracy) but "
+    "not gated. Calibrating with one partial-cache step keeps the fill but stretches obs_mask_add over "
+    "-120, which coarsens every logit (the shared mask-add observer, see README)"
 )
+_EMPTY_SLOTS_PROBLEMS = Expected(_EMPTY_SLOTS, problems=(
+    r"^QUANT mask \[partial_cache\]: fill value -120(\.0)? became 0 after fake-quant",
+    r"^QUANT mask \[partial_cache\]: a masked key keeps softmax weight \S+ \(limit 1e-06\): padding leaks",
+))
 
 
 def _decode_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
@@ -241,10 +247,16 @@ _LAYER_MASKS = MaskCapability(probes=_layer_masks)
 _SLIDING_FALLBACK = (
     "QuantGemma4TextAttention builds the mask it uses when given none (or a bool keep mask) from "
     "causal_mask_template, a plain triu(1) causal template, for every layer type: it never applies "
-    "its own sliding_window, so a sliding layer (window 4, 8 tokens) attends to the 10 keys left of "
-    "its window (e.g. [q=4, k=0] is 0, not -120); in QUANT those pairs stay 0, so each keeps softmax "
-    "weight (0.2 on zero logits). Explicit additive sliding masks, as QuantGemma4TextModel passes, are unaffected"
+    "its own sliding_window, so a sliding layer attends to the keys left of its window (0, not -120); "
+    "in QUANT those pairs stay 0 and keep softmax weight. Explicit additive sliding masks, as "
+    "QuantGemma4TextModel passes, are unaffected"
 )
+_SLIDING_FALLBACK_FILL = Expected(_SLIDING_FALLBACK, problems=tuple(
+    rf"^mask \[{probe}\]: \d+ pairs touching padding are not the fill value -120" for probe in ("no_mask", "bool_keep_padding")))
+_SLIDING_FALLBACK_QUANT = Expected(_SLIDING_FALLBACK, problems=tuple(
+    pattern for probe in ("no_mask", "bool_keep_padding") for pattern in (
+        rf"^QUANT mask \[{probe}\]: fill value -120(\.0)? became 0 after fake-quant",
+        rf"^QUANT mask \[{probe}\]: a masked key keeps softmax weight \S+ \(limit 1e-06\): padding leaks")))
 
 
 def _prefill_export(*, with_shared_kv: bool = False) -> ExportCapability:
@@ -305,7 +317,7 @@ DECODER_LAYERS = [
         unused_observers=_ATTN_UNUSED,
         export=_prefill_export(),
         mask=_LAYER_MASKS,
-        expected_failures={"mask_fill": _SLIDING_FALLBACK, "mask_quant": _SLIDING_FALLBACK},
+        expected_failures={"mask_fill": _SLIDING_FALLBACK_FILL, "mask_quant": _SLIDING_FALLBACK_QUANT},
         **_LAYER,
     ),
     Case(
@@ -320,7 +332,7 @@ DECODER_LAYERS = [
         export=_DECODE_EXPORT,
         mask=MaskCapability(probes=_decode_masks),
         ungated_samples={"partial_cache": _EMPTY_SLOTS},
-        expected_failures={"mask_quant": _EMPTY_SLOTS},
+        expected_failures={"mask_quant": _EMPTY_SLOTS_PROBLEMS},
         **_LAYER,
     ),
     Case(
@@ -466,6 +478,7 @@ TEXT_MODEL = Case(
     mask=MaskCapability(probes=_text_model_masks),
     not_applicable={check: _NO_TEXT_MODEL_EXPORT for check in
                     ("dynamic_vs_export", "torch_export", "circle_replay", "qparam_audit", "export_contract")},
+    expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER},
     **_GEMMA4,
 )
 

@@ -25,7 +25,8 @@ import functools
 
 import torch
 
-from harness import Built, Case, CaseInputs, ExportCapability, MaskCapability, MaskProbe, Sample, Thresholds
+from harness import (Built, Case, CaseInputs, Expected, ExportCapability, MaskCapability, MaskProbe, Sample, Thresholds,
+                     calib_mode_adapter)
 from harness.pipeline import unwrap
 
 from cases._gemma4_text_common import (
@@ -181,10 +182,22 @@ _SLIDING_MASK = (
     "template and never uses the sliding_window it stores, so on a sliding layer keys older than the window "
     "(query - key >= 4 here) get 0 instead of the fill value"
 )
-_NO_CALIB_GUARD = (
+_NO_CALIB_GUARD = calib_mode_adapter(
     "Gemma4 text attention's prefill/decode export adapters run in any mode, CALIB included (no mode check, "
     "unlike the Gemma4 vision encoder adapter)"
 )
+_PROBES = ("causal_template", "left_padded_keep_mask")
+
+
+def _fill_not_applied(reason: str, probes=_PROBES) -> Expected:
+    return Expected(reason, problems=tuple(
+        rf"^mask \[{probe}\]: \d+ pairs touching padding are not the fill value -120" for probe in probes))
+
+
+def _fill_lost_in_quant(reason: str, probes=_PROBES) -> Expected:
+    return Expected(reason, problems=tuple(pattern for probe in probes for pattern in (
+        rf"^QUANT mask \[{probe}\]: fill value -120(\.0)? became 0 after fake-quant",
+        rf"^QUANT mask \[{probe}\]: a masked key keeps softmax weight \S+ \(limit 1e-06\): padding leaks")))
 
 _COMMON = dict(
     family="gemma4",
@@ -218,13 +231,13 @@ def _case(name: str, mode: str, *, layer_types, layer_idx, thresholds: Threshold
     )
 
 
-_DECODE_MASK_CALIB = (
+_DECODE_MASK_CALIB = _fill_lost_in_quant(
     "calibrated like TICO's decode smoke (every one of the 8 cache slots visible, so each calibration mask is "
     "all 0), the attn_mask MinMaxObserver ends at min=max=0 -> scale 1 / zero-point 0 (uint8), and the fill "
-    "value of the mask the wrapper builds itself fake-quantizes to 0: padded keys leak (weight 0.125). The "
-    "wrapper observes its {0, fill} mask like an activation instead of pinning the fill into the range"
-)
-_SLIDING = {"mask_fill": _SLIDING_MASK, "mask_quant": _SLIDING_MASK}
+    "value of the mask the wrapper builds itself fake-quantizes to 0: padded keys leak. The "
+    "wrapper observes its {0, fill} mask like an activation instead of pinning the fill into the range",
+    probes=("left_padded_keep_mask",))
+_SLIDING = {"mask_fill": _fill_not_applied(_SLIDING_MASK), "mask_quant": _fill_lost_in_quant(_SLIDING_MASK)}
 _TWO_FULL = ("full_attention", "full_attention")
 
 # Thresholds: measured on tico 0.3.0 / transformers 5.22.2 (tiny profile) in the comments,

@@ -24,10 +24,13 @@ from harness import (
     RotaryTables,
     Sample,
     Thresholds,
+    calib_mode_adapter,
     whole_module_export,
 )
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
+
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER
 
 LLAMA_REQUIRES = ("transformers.models.llama.modeling_llama",)
 FILL = -120.0  # tico's default attention_mask_fill_value
@@ -166,7 +169,7 @@ def _layer_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
 _PREFILL_CACHE = (
     "prefill feeds no past key/value: the cache observers are used by the decode path only"
 )
-_NO_CALIB_GUARD = (
+_NO_CALIB_GUARD = calib_mode_adapter(
     "the Llama attention and decoder-layer wrappers build their prefill export adapter in any mode, "
     "CALIB included (the Gemma4 and Qwen3-VL wrappers refuse outside NO_QUANT/QUANT)"
 )
@@ -279,7 +282,7 @@ CASES = [
         ),
         unused_observers={"self_attn.wrapped.obs_past_key": _PREFILL_CACHE,
                           "self_attn.wrapped.obs_past_value": _PREFILL_CACHE},
-        expected_failures={"export_contract": _NO_CALIB_GUARD},
+        expected_failures={"export_contract": _NO_CALIB_GUARD, "no_side_effects": MASK_TEMPLATE_PER_LAYER},
         rotary=RotaryCapability(tables=_layer_rotary),
         mask=MaskCapability(probes=_layer_masks),
     ),
@@ -416,13 +419,9 @@ _KEY_FOLD = (
     "the default (npu_export) profile folds the attention scale into k_proj, so the logits are never "
     "scaled at runtime: the raw-logit and scale observers serve the scale_fusion='none' profile only"
 )
-_NO_CALIB_GUARD_DECODE = (
+_NO_CALIB_GUARD_DECODE = calib_mode_adapter(
     "QuantLlamaDecoderLayer.as_export_module('decode') builds its decode adapter in any mode, CALIB included "
     "(the Gemma4 and Qwen3-VL wrappers refuse outside NO_QUANT/QUANT)"
-)
-_SCALED_K_COPY = (
-    "with the attention scale folded into k_proj, QuantLlamaAttention wraps a deep copy of k_proj "
-    "(_clone_projection_with_scale) whose weight stays a trainable nn.Parameter beside the float module's"
 )
 
 CASES.append(
@@ -452,7 +451,7 @@ CASES.append(
                                                  tuple(t[:, :, 1:] for t in s.kwargs["past_key_value"])),
         ),
         unused_observers={"self_attn.wrapped.obs_scale": _KEY_FOLD, "self_attn.wrapped.obs_logits_raw": _KEY_FOLD},
-        expected_failures={"export_contract": _NO_CALIB_GUARD_DECODE, "no_side_effects": _SCALED_K_COPY},
+        expected_failures={"export_contract": _NO_CALIB_GUARD_DECODE, "no_side_effects": MASK_TEMPLATE_PER_LAYER},
         rotary=RotaryCapability(tables=_layer_decode_rotary),
         mask=MaskCapability(probes=_layer_decode_masks),
     )

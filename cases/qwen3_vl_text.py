@@ -21,6 +21,7 @@ from harness import (
     Built,
     Case,
     CaseInputs,
+    Expected,
     ExportCapability,
     MaskCapability,
     MaskProbe,
@@ -28,11 +29,13 @@ from harness import (
     RotaryTables,
     Sample,
     Thresholds,
+    calib_mode_adapter,
 )
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, vision_and_mask_copies
 
-from cases.qwen3_vl import _FOLDED_SCALE, _IN_PLACE_FOLD, QWEN3_VL_REQUIRES, hf_vision_rope, text_config, vision_sample
+from cases.qwen3_vl import _FOLDED_SCALE, QWEN3_VL_REQUIRES, hf_vision_rope, text_config, vision_sample
 
 FILL = -120.0  # tico's default attention_mask_fill_value
 SEQ = 8  # TICO's text prefill length / decode capacity
@@ -413,11 +416,7 @@ _FUSED_SCALE = (
     "runtime logit-scale observers are used only with scale_fusion='none'"
 )
 _ATTN_UNUSED = {"obs_logits_raw": _FUSED_SCALE, "obs_scale": _FUSED_SCALE}
-_K_NORM_COPY = (
-    "QuantQwen3VLTextAttention deep-copies k_norm and multiplies its weight by 1/sqrt(head_dim) (scale "
-    "fusion), keeping that trainable copy beside the float module's k_norm"
-)
-_NO_CALIB_GUARD = (
+_NO_CALIB_GUARD = calib_mode_adapter(
     "the Qwen3-VL text attention and decoder-layer wrappers build their export adapters in any mode, "
     "CALIB included (the Qwen3-VL vision model wrapper refuses outside NO_QUANT/QUANT)"
 )
@@ -441,16 +440,38 @@ _MM_UNUSED = {
 }
 
 
-_MM_EXPORT_FAILS = (
-    "QuantQwen3VLModel has no static export adapter: tico exports the multimodal model piecewise (the vision "
-    "model's fixed-grid prefill adapter, embedding/fusion, decoder-layer and LM-head adapters; each part has its "
-    "own case). Whole-model torch.export fails on tico 0.3.0 even with grid_thw a buffer and explicit position ids: "
-    "the vision tower's eager path derives positions from grid_thw values (torch.linspace(0, n-1, h) in "
-    "QuantQwen3VLVisionModel._fast_pos_embed_interpolate: 'Could not extract specialized integer from "
-    "data-dependent expression'), although TICO's smoke case leaves the model marked Circle-exportable"
+_MM_TENSOR_INPUTS = ("input_ids", "pixel_values", "image_grid_thw", "position_ids")
+
+
+class _WholeModelCall(torch.nn.Module):
+    """What TICO's smoke case exports for the model cases: the whole quantized model called on its
+    evaluation inputs (torch.export takes them positionally; the flags stay fixed)."""
+
+    def __init__(self, root: torch.nn.Module, flags: dict):
+        super().__init__()
+        self.root = root
+        self.flags = flags
+
+    def forward(self, *tensors):
+        return self.root(**dict(zip(_MM_TENSOR_INPUTS, tensors)), **self.flags)
+
+
+_MM_EXPORT = ExportCapability(
+    adapter=lambda root, sample, built: _WholeModelCall(
+        root, {k: v for k, v in sample.kwargs.items() if k not in _MM_TENSOR_INPUTS}),
+    args=lambda s: tuple(s.kwargs[k] for k in _MM_TENSOR_INPUTS),
+    refuses_calib=False,
 )
-_MM_NO_EXPORT = {check: _MM_EXPORT_FAILS for check in
-                 ("dynamic_vs_export", "torch_export", "circle_replay", "qparam_audit", "export_contract")}
+_MM_EXPORT_FAILS = Expected(
+    "whole-model torch.export of the quantized model, as TICO's smoke case exports it (it marks the model "
+    "Circle-exportable), fails on tico 0.3.0: the vision tower's eager path derives positions from grid_thw "
+    "values (torch.linspace(0, n-1, h) in QuantQwen3VLVisionModel._fast_pos_embed_interpolate, "
+    "qwen_vl/quant_vision_model.py) and torch.export cannot specialize the data-dependent length. tico "
+    "exports the multimodal model piecewise instead (vision fixed-grid adapter, decoder layers; each part "
+    "has its own case)",
+    problems=(r"^stage '\S+' failed: \S+: Could not extract specialized integer from data-dependent expression",),
+)
+_MM_NO_EXPORT = {check: _MM_EXPORT_FAILS for check in ("torch_export", "circle_replay", "qparam_audit", "export_contract")}
 
 
 def _in_layer(observers: dict[str, str]) -> dict[str, str]:
@@ -474,8 +495,7 @@ _MM_CASE = dict(
     rotary=RotaryCapability(tables=_mm_rotary),
     mask=MaskCapability(probes=_mm_masks),
     unused_observers=_MM_UNUSED,
-    not_applicable=_MM_NO_EXPORT,
-    expected_failures={"no_side_effects": f"{_IN_PLACE_FOLD}; {_K_NORM_COPY}"},
+    export=_MM_EXPORT,
     **_COMMON,
 )
 
@@ -492,7 +512,7 @@ CASES = [
                               circle_max_steps=14.0, circle_mean_steps=0.7),
         mask=MaskCapability(probes=_own_causal_masks),
         unused_observers={"obs_past_key": _PREFILL_CACHE, "obs_past_value": _PREFILL_CACHE, **_ATTN_UNUSED},
-        expected_failures={"export_contract": _NO_CALIB_GUARD, "no_side_effects": _K_NORM_COPY},
+        expected_failures={"export_contract": _NO_CALIB_GUARD},
         **_COMMON,
     ),
     Case(
@@ -507,7 +527,7 @@ CASES = [
                               circle_max_steps=1.0, circle_mean_steps=0.1,
                               circle_extra_max_steps=4.5, circle_extra_mean_steps=0.45),
         unused_observers=_ATTN_UNUSED,
-        expected_failures={"export_contract": _NO_CALIB_GUARD, "no_side_effects": _K_NORM_COPY},
+        expected_failures={"export_contract": _NO_CALIB_GUARD},
         export=_attention_export("decode", lambda s: (s.args[0], s.args[1], s.kwargs["attention_mask"],
                                                       s.kwargs["past_key_values"])),
         **_COMMON,
@@ -527,7 +547,7 @@ CASES = [
         ),
         mask=MaskCapability(probes=_own_causal_masks),
         unused_observers=_in_layer({"obs_past_key": _PREFILL_CACHE, "obs_past_value": _PREFILL_CACHE, **_ATTN_UNUSED}),
-        expected_failures={"export_contract": _NO_CALIB_GUARD, "no_side_effects": _K_NORM_COPY},
+        expected_failures={"export_contract": _NO_CALIB_GUARD},
         **_COMMON,
     ),
     Case(
@@ -542,7 +562,7 @@ CASES = [
                               circle_max_steps=1.0, circle_mean_steps=0.1,
                               circle_extra_max_steps=1.0, circle_extra_mean_steps=0.4),
         unused_observers=_in_layer(_ATTN_UNUSED),
-        expected_failures={"export_contract": _NO_CALIB_GUARD, "no_side_effects": _K_NORM_COPY},
+        expected_failures={"export_contract": _NO_CALIB_GUARD},
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("decode"),
             args=lambda s: (s.kwargs["hidden_states"], s.kwargs["attention_mask"], s.kwargs["position_embeddings"],
@@ -566,7 +586,7 @@ CASES = [
         unused_observers={**_TEXT_ONLY_UNUSED, **{f"layers.*.wrapped.{k}": v for k, v in _in_layer(_ATTN_UNUSED).items()},
                           "layers.*.wrapped.self_attn.wrapped.obs_past_key": _NO_PAST,
                           "layers.*.wrapped.self_attn.wrapped.obs_past_value": _NO_PAST},
-        expected_failures={"no_side_effects": _K_NORM_COPY},
+        expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER},
         **_COMMON,
     ),
     Case(
@@ -575,6 +595,7 @@ CASES = [
         # Measured (tiny): mean 0.0656, max 0.498, PEIR 0.074, SQNR 21.3 dB (last hidden state).
         thresholds=Thresholds(max_mean_abs_diff=0.085, max_abs_diff=0.65, max_peir=0.1, min_sqnr_db=18.0),
         expected_wrapper="QuantQwen3VLModel",
+        expected_failures={"no_side_effects": vision_and_mask_copies(), **_MM_NO_EXPORT},
         **_MM_CASE,
     ),
     Case(
@@ -583,6 +604,7 @@ CASES = [
         # Measured (tiny): mean 0.0101, max 0.082, PEIR 0.063, SQNR 21.6 dB (logits).
         thresholds=Thresholds(max_mean_abs_diff=0.014, max_abs_diff=0.11, max_peir=0.085, min_sqnr_db=18.0),
         expected_wrapper="QuantQwen3VLForConditionalGeneration",
+        expected_failures={"no_side_effects": vision_and_mask_copies(), **_MM_NO_EXPORT},
         **_MM_CASE,
     ),
 ]

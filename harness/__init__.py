@@ -16,12 +16,15 @@ from harness.case import (
     first_tensor,
     whole_module_export,
 )
+from harness.checks.export_contract import calib_mode_adapter
+from harness.expectations import Expected
 
 __all__ = [
     "Built",
     "Case",
     "CaseDefinitionError",
     "CaseInputs",
+    "Expected",
     "ExportCapability",
     "GoldenTolerance",
     "MaskCapability",
@@ -30,6 +33,7 @@ __all__ = [
     "RotaryTables",
     "Sample",
     "Thresholds",
+    "calib_mode_adapter",
     "first_tensor",
     "whole_module_export",
 ]

@@ -19,6 +19,8 @@ from typing import Any, Callable, Mapping
 import torch
 from packaging.version import InvalidVersion, Version
 
+from harness.expectations import Expected
+
 
 class CaseDefinitionError(ValueError):
     """A case definition is malformed; the message names the case and the field."""
@@ -255,8 +257,9 @@ class Case:
     not_applicable: Mapping[str, str] = field(default_factory=dict)
     # evaluation sample -> why its quantized accuracy is measured but not gated.
     ungated_samples: Mapping[str, str] = field(default_factory=dict)
-    # check name -> why it is known to fail on the pinned stack (strict xfail: a pass fails).
-    expected_failures: Mapping[str, str] = field(default_factory=dict)
+    # check name -> the diagnosed failure on the pinned stack: Expected(reason, problems=(regex, ...)).
+    # The item is xfail only while every problem matches and every pattern is matched (harness/expectations.py).
+    expected_failures: Mapping[str, Expected] = field(default_factory=dict)
     # exported-graph op target (e.g. 'aten.permute.default', 'getitem') -> why it needs no qparam.
     qparam_allowlist: Mapping[str, str] = field(default_factory=dict)
     # observer path pattern (fnmatch, relative to the wrapped root) -> why it is never fed.
@@ -310,7 +313,12 @@ class Case:
             value = getattr(self, attr)
             if value is not None and not isinstance(value, kind):
                 raise CaseDefinitionError(name, attr, f"must be {kind.__name__} or None, got {type(value).__name__}")
-        for attr in ("not_applicable", "expected_failures", "qparam_allowlist", "unused_observers"):
+        if not isinstance(self.expected_failures, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, Expected) for k, v in self.expected_failures.items()
+        ):
+            raise CaseDefinitionError(name, "expected_failures", "must map check names to Expected(reason, problems=(regex, "
+                                      "...)): an expectation names the problems it covers, not a whole check")
+        for attr in ("not_applicable", "qparam_allowlist", "unused_observers"):
             value = getattr(self, attr)
             if not isinstance(value, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in value.items()

@@ -29,6 +29,9 @@ def compare_close(
         )
     expected = select_valid(expected, valid_tokens)
     actual = select_valid(actual, valid_tokens)
+    if expected.numel() == 0:
+        # Nothing compared is not "close": a comparison that cannot fail must not pass.
+        return {"compared_elements": 0}, f"{label}: no valid element to compare (every position is marked invalid)"
     for side, tensor in (("expected", expected), ("actual", actual)):
         problem = nonfinite_summary(tensor)
         if problem:

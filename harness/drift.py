@@ -18,6 +18,8 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 from tabulate import tabulate
 
+from harness.expectations import NOW_PASSES
+
 WATCHED = ("transformers", "tico", "torch", "huggingface_hub", "tokenizers", "safetensors")
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")
 DRIFT_OUTCOMES = {"failed", "error", "crashed"}
@@ -67,7 +69,7 @@ def headline(message: str) -> str:
     first problem, or the exception line -- not xdist's worker banner or traceback noise."""
     lines = [line.strip() for line in message.splitlines() if line.strip() and not _WORKER_BANNER.match(line.strip())]
     for line in lines:
-        if "stage '" in line or line.startswith("- ") or line.startswith("[XPASS"):
+        if "stage '" in line or line.startswith("- ") or line.startswith("[XPASS") or NOW_PASSES in line:
             return line
     errors = [line for line in lines if line.startswith("E ")]
     if errors:
@@ -83,7 +85,8 @@ def describe_moves(moves: list[dict[str, Any]]) -> str:
 
 def label_record(record: dict[str, Any], moves: list[dict[str, Any]]) -> None:
     """Mark one result as drift when it went wrong on the moved stack."""
-    strict_pass = record.get("outcome") == "failed" and "[XPASS(strict)]" in record.get("message", "")
+    message = record.get("message", "")
+    strict_pass = record.get("outcome") == "failed" and ("[XPASS(strict)]" in message or NOW_PASSES in message)
     if record.get("outcome") in DRIFT_OUTCOMES or strict_pass:
         record["drift"] = {
             "versions": describe_moves(moves),

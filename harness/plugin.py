@@ -3,7 +3,7 @@
 Node ids read ``cases/gemma4.py::gemma4_vision_encoder[tiny]::rotary_parity`` so -k, --lf,
 junit and xdist work unchanged. Under xdist the plugin picks ``--dist loadscope``, whose
 scope is everything before the last ``::`` -- one case and profile -- so a case's items share
-one worker and its pipeline. Results ride on each report's ``user_properties`` to the
+one worker and its pipeline. Results ride on each report (``report.wrapq_record``) to the
 controller, which alone writes ``reports/results.json``.
 """
 
@@ -21,9 +21,10 @@ from harness.case import Case, CaseDefinitionError
 from harness.checks import all_checks
 from harness.checks.base import Check, CheckResult
 from harness.pipeline import PipelineCache, RunSettings, StageError
-from harness.results import RESULT_PROPERTY, ResultCollector, jsonable
+from harness.results import ResultCollector, jsonable
 from harness.overhead import current_rss_mb, overhead, peak_rss_mb
 from harness.overhead import totals as overhead_totals
+from harness.expectations import judge
 from harness.drift import describe_moves, label_record, read_pins, render_drift_table, version_moves
 from harness.scheduling import ShardSpecError, assign_shards, load_durations, longest_first, parse_shard, write_durations
 
@@ -172,6 +173,10 @@ def pytest_configure(config: pytest.Config) -> None:
     profiles = config.getoption("wrapq_profiles") or [DEFAULT_PROFILE]
     state = _State(cases_dirs=cases_dirs, profiles=profiles, config=config)
     config.stash[_STATE] = state
+    for check in all_checks():
+        register_marker(config, check.name, f"the {check.name} check of every case")
+    for capability in CAPABILITY_MARKERS:
+        register_marker(config, capability, f"every check of cases that declare a {capability} capability")
     config.pluginmanager.register(state, "wrapq-state")
 
 
@@ -300,6 +305,7 @@ class _State:
 
 
 _STATE = pytest.StashKey[_State]()
+_MARKERS = pytest.StashKey[set]()
 
 
 def _circle_cache_dir(config: pytest.Config) -> Path | None:
@@ -347,10 +353,29 @@ class CaseFile(pytest.File):
             yield DefinitionErrorItem.from_parent(self, name="<definition>", error=exc)
             return
         checks = all_checks()
+        names = {check.name for check in checks}
         for case in cases:
+            for field_name in ("not_applicable", "expected_failures"):
+                unknown = sorted(set(getattr(case, field_name)) - names)
+                if unknown:
+                    error = CaseDefinitionError(case.name, field_name, f"names no check: {', '.join(unknown)} "
+                                                f"(checks: {', '.join(sorted(names))})")
+                    yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.{field_name}>", error=error)
             for profile in case.profiles:
                 if state.wants(case, profile):
                     yield CaseNode.from_parent(self, name=f"{case.name}[{profile}]", case=case, profile=profile, checks=checks)
+
+
+# Case capabilities that become item markers (``pytest -m rotary``).
+CAPABILITY_MARKERS = ("export", "rotary", "mask")
+
+
+def register_marker(config: pytest.Config, name: str, description: str) -> None:
+    """Register a marker once, so ``--strict-markers`` accepts it and ``pytest --markers`` lists it."""
+    registered = config.stash.setdefault(_MARKERS, set())
+    if name not in registered:
+        registered.add(name)
+        config.addinivalue_line("markers", f"{name}: {description}")
 
 
 class CaseNode(pytest.Collector):
@@ -364,7 +389,23 @@ class CaseNode(pytest.Collector):
 
     def collect(self):
         for check in self.checks:
-            yield CheckItem.from_parent(self, name=check.name, case=self.case, profile=self.profile, check=check)
+            # The id is given as the string pytest stores in its cache: pytest 9 parses stored ids
+            # with brackets only at the end (NodeId.parse), so an id built segment by segment for
+            # "case[profile]::check" would never equal the stored one and --lf/--ff/--sw would
+            # select nothing. Parsed from the same string, both sides agree.
+            yield CheckItem.from_parent(self, name=check.name, nodeid=f"{self.nodeid}::{check.name}",
+                                        case=self.case, profile=self.profile, check=check)
+
+
+# Headline numbers worth a junit property each (scalars; the full record goes to results.json).
+JUNIT_METRICS = ("peir", "sqnr_db", "mean_abs_diff", "max_abs_diff", "fake_quantize_max_steps", "missing_unexplained",
+                 "worst_score")
+
+
+def stage_problem(err: StageError) -> str:
+    """A failed stage as one problem line, for expectations: "stage 'torch_export' failed: Type: first line"."""
+    first = err.error_text.strip().splitlines()[0] if err.error_text.strip() else ""
+    return f"stage '{err.stage}' failed: {err.error_type}: {first}"
 
 
 class CheckFailed(Exception):
@@ -382,16 +423,24 @@ class CheckItem(pytest.Item):
         self.profile = profile
         self.check = check
         self.duplicate_of: str | None = None
-        expected = case.expected_failures.get(check.name)
-        if expected:
-            # Strict: the day the wrapper is fixed the item fails, so the expectation is removed.
-            self.add_marker(pytest.mark.xfail(reason=expected, strict=True, raises=CheckFailed))
+        # -m by check, family, profile and capability: `-m "rotary_parity and gemma4"`, `-m e2b_dims`.
+        register_marker(self.config, case.family, f"every check of the {case.family} family's cases")
+        register_marker(self.config, profile, f"every check at the {profile} profile")
+        names = [check.name, case.family, profile] + [c for c in CAPABILITY_MARKERS if getattr(case, c) is not None]
+        for name in dict.fromkeys(names):
+            self.add_marker(name)
         self._record_base = {"case": case.name, "family": case.family, "profile": profile, "check": check.name}
 
     def _record(self, **fields: Any) -> None:
+        """Accumulate this item's record; ``pytest_runtest_makereport`` hangs it on the report
+        (``report.wrapq_record``), which xdist carries to the controller. junit gets only a few
+        scalar properties (``JUNIT_METRICS``), never the record."""
         with overhead("result_transport"):
-            record = dict(self._record_base, **fields)
-            self.user_properties.append((RESULT_PROPERTY, jsonable(record)))
+            self.wrapq_record = jsonable(dict(getattr(self, "wrapq_record", None) or self._record_base, **fields))
+            for name in JUNIT_METRICS:
+                value = (fields.get("metrics") or {}).get(name)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.user_properties.append((f"wrapq.{name}", value))
 
     def setup(self) -> None:
         reason = self.case.unavailable_reason()
@@ -423,10 +472,21 @@ class CheckItem(pytest.Item):
             pipeline.guard_end()
             self._record(stage_error={"stage": err.stage, "type": err.error_type, "message": err.error_text},
                          stage_timings=dict(pipeline.timings), check_seconds=time.perf_counter() - start)
+            expectation = self.case.expected_failures.get(self.check.name)
+            # A stage that fails exactly as diagnosed (e.g. torch.export refusing a data-dependent
+            # op) is an expected failure too; any other stage failure stays a failure.
+            if expectation and judge(expectation, [stage_problem(err)]).expected:
+                pytest.xfail(judge(expectation, [stage_problem(err)]).message)
             raise
         mutated = pipeline.guard_end()
         if mutated:
             result.fail(f"check mutated shared pipeline artifacts: {', '.join(mutated[:5])}")
+        expectation = self.case.expected_failures.get(self.check.name)
+        judgement = judge(expectation, result.problems) if expectation else None
+        if judgement and not judgement.expected:
+            result.problems.insert(0, judgement.message)
+        elif judgement:
+            result.notes.append(f"expected failure: {judgement.message}")
         self._record(
             metrics=result.metrics,
             problems=result.problems,
@@ -435,6 +495,9 @@ class CheckItem(pytest.Item):
             stage_timings=dict(pipeline.timings),
             check_seconds=time.perf_counter() - start,
         )
+        if judgement and judgement.expected:
+            # Exactly the diagnosed failure: expected, with this run's problem lines.
+            pytest.xfail(judgement.message)
         if not result.passed:
             raise CheckFailed(result)
 
@@ -472,6 +535,14 @@ class DefinitionErrorItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, 0, f"{self.path.name}::<definition>"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    outcome = yield
+    record = getattr(item, "wrapq_record", None)
+    if record is not None:
+        outcome.get_result().wrapq_record = record
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-RESULT_PROPERTY = "wrapq"
 SCHEMA_VERSION = 1
 _NODEID_RE = re.compile(r"^(?P<file>[^:]+)::(?P<case>[^\[:]+)\[(?P<profile>[^\]]+)\]::(?P<check>[^:]+)$")
 
@@ -94,9 +93,9 @@ class ResultCollector:
         if not nodeid.startswith(self.prefixes):
             return
         record = self.records.setdefault(nodeid, self._skeleton(nodeid))
-        for key, value in getattr(report, "user_properties", ()):
-            if key == RESULT_PROPERTY and isinstance(value, dict):
-                record.update(value)
+        value = getattr(report, "wrapq_record", None)
+        if isinstance(value, dict):
+            record.update(value)
         when, outcome = report.when, report.outcome
         record["duration"] = record.get("duration", 0.0) + float(getattr(report, "duration", 0.0) or 0.0)
         if outcome == "skipped" and hasattr(report, "wasxfail"):

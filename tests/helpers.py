@@ -26,3 +26,18 @@ def run_check(case: Case, check_name: str, profile: str = "tiny") -> CheckResult
 
 def problems_text(result: CheckResult) -> str:
     return "\n".join(result.problems)
+
+
+def _pinned() -> dict[str, str]:
+    """Exact versions from constraints.txt, so tests follow a pin bump instead of hard-coding it."""
+    from pathlib import Path
+
+    pins = {}
+    for line in (Path(__file__).resolve().parents[1] / "constraints.txt").read_text().splitlines():
+        name, sep, version = line.strip().partition("==")
+        if sep:
+            pins[name.lower()] = version
+    return pins
+
+
+PINNED = _pinned()

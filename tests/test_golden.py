@@ -16,7 +16,7 @@ from cases.gemma4 import VISION_ENCODER
 from harness import golden
 from harness.checks import all_checks
 from harness.pipeline import Pipeline, RunSettings
-from tests.helpers import problems_text
+from tests.helpers import PINNED, problems_text
 
 GOLDEN = next(c for c in all_checks() if c.name == "golden")
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def test_round_trip_passes(written):
 
 def test_manifest_records_versions_seed_hash_and_steps(written):
     manifest = json.loads(golden.paths(written, "gemma4_vision_encoder", "tiny")[1].read_text())
-    assert manifest["versions"]["tico"] == "0.3.0" and manifest["versions"]["torch"].startswith("2.13.0")
+    assert manifest["versions"]["tico"] == PINNED["tico"] and manifest["versions"]["torch"].startswith(PINNED["torch"])
     assert manifest["seed"] == 123 and len(manifest["input_hash"]) == 64
     # The output observer (obs_encoder_out) was found generically and gives the step.
     step = manifest["tensors"]["quant_output.default"]["step"]
@@ -163,7 +163,7 @@ def test_version_change_is_named(golden_copy):
     manifest["versions"]["transformers"] = "5.9.0"
     manifest_path.write_text(json.dumps(manifest))
     _edit(golden_copy, lambda t: t["qparams.obs_encoder_out.zp"].add_(1))
-    assert "(manifest differs: transformers 5.9.0 -> 5.22.2)" in problems_text(GOLDEN.run(_pipeline(golden_copy)))
+    assert f"(manifest differs: transformers 5.9.0 -> {PINNED['transformers']})" in problems_text(GOLDEN.run(_pipeline(golden_copy)))
 
 
 def test_missing_golden_fails_with_the_command(tmp_path):

@@ -8,6 +8,8 @@ import textwrap
 
 import pytest
 
+from tests.helpers import PINNED
+
 from harness import Case
 from harness.checks import all_checks
 
@@ -105,7 +107,7 @@ def test_skip_reasons_and_results_json(project):
     assert {"reference", "wrap", "prepare", "calibrate", "convert"} <= set(acc["stage_timings"])
     skipped = by_id["cases/toy.py::toy_missing[tiny]::noquant_parity"]
     assert skipped["outcome"] == "skipped" and "no_such_module_xyz" in skipped["message"]
-    assert doc["run"]["versions"]["tico"] == "0.3.0"
+    assert doc["run"]["versions"]["tico"] == PINNED["tico"]
     assert doc["run"]["counts"] == {"passed": LINEAR_APPLICABLE, "skipped": 3 * N_CHECKS - LINEAR_APPLICABLE}
 
 

@@ -48,6 +48,9 @@ def run(pipeline) -> CheckResult:
             result.fail(f"observer {path} ({type(module).__name__}): {problem}")
     if not inventory:
         result.fail("no observer found in the wrapper tree")
+    for pattern in unused:
+        if not any(fnmatch.fnmatchcase(path, pattern) for path in inventory):
+            result.fail(f"unused_observers entry {pattern!r} matches no observer of the wrapper tree (stale allowlist)")
     result.metrics.update({"observers": len(inventory), "unused_allowlisted": len(allowed)})
     result.evidence.update({"observers": inventory, "allowlisted": allowed})
     return result

@@ -3,11 +3,21 @@ error, an unsupported export mode raises, inputs contradicting the fixed profile
 rejected, and the traced program has no data-dependent guards left."""
 
 import copy
+import re
 
 import torch
 
 from harness.checks.base import Check, CheckResult, requires_capability
+from harness.expectations import Expected
 from harness.pipeline import enable_calibration
+
+CALIB_MODE_PROBLEM = "export adapter was built in CALIB mode; it must be refused outside NO_QUANT/QUANT"
+
+
+def calib_mode_adapter(reason: str) -> Expected:
+    """The precise expectation for an adapter factory that accepts CALIB mode (and nothing else)."""
+    return Expected(reason, problems=("^" + re.escape(CALIB_MODE_PROBLEM) + "$",))
+
 
 def _raises(fn) -> str | None:
     try:
@@ -29,7 +39,7 @@ def run(pipeline) -> CheckResult:
         refusal = _raises(lambda: export.adapter(calib, sample, built))
         result.evidence["calib_mode"] = refusal
         if refusal is None:
-            result.fail("export adapter was built in CALIB mode; it must be refused outside NO_QUANT/QUANT")
+            result.fail(CALIB_MODE_PROBLEM)
     else:
         result.notes.append("CALIB refusal not probed: the case exports the module itself, without an adapter factory")
 

@@ -79,6 +79,16 @@ def run(pipeline) -> CheckResult:
     for path in never_applied:
         if not reason(path):
             result.fail(f"observer {path} was calibrated but its fake-quant never ran in QUANT mode")
+    if not collected:
+        result.fail("no observer found in the wrapper tree: nothing was calibrated or applied")
+    excused = set(never_fed) | set(never_applied)
+    for pattern in case.unused_observers:
+        covered = [p for p in collected if fnmatch.fnmatchcase(p, pattern)]
+        if not covered:
+            result.fail(f"unused_observers entry {pattern!r} matches no observer (stale allowlist)")
+        elif not excused.intersection(covered):
+            result.fail(f"unused_observers entry {pattern!r}: every observer it covers ({', '.join(covered[:4])}"
+                        f"{', ...' if len(covered) > 4 else ''}) is fed and applied now (stale allowlist)")
     result.metrics.update({"observers": len(collected), "never_fed": len(never_fed), "never_applied": len(never_applied)})
     result.evidence.update({"inventory": sorted(collected), "never_fed": never_fed, "never_applied": never_applied,
                             "collect_calls": collected, "fake_quant_calls": applied})

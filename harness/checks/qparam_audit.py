@@ -25,6 +25,10 @@ def run(pipeline) -> CheckResult:
     result.evidence["by_target"] = dict(Counter(n["target"] for n in audit.missing))
     if audit.quantized_nodes == 0:
         result.fail("the exported graph has no quantized node at all: quantization passes saw no qparams")
+    present = {n["target"] for n in audit.missing}
+    for target in allow:
+        if target not in present:
+            result.fail(f"qparam_allowlist entry {target!r} matches no node without qparam (stale allowlist)")
     for node in unexplained:
         where = " | ".join(node["source"]) or "no stack trace"
         result.fail(f"{node['role']} {node['name']} ({node['target']}, {node['users']} users) has no qparam: {where}")

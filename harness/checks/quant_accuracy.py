@@ -14,6 +14,8 @@ def run(pipeline) -> CheckResult:
     result = CheckResult()
     th = pipeline.case.thresholds
     result.evidence["thresholds"] = dataclasses.asdict(th)
+    for name in sorted(set(pipeline.case.ungated_samples) - set(pipeline.built.inputs.evaluation)):
+        result.fail(f"ungated_samples entry {name!r} names no evaluation sample (stale allowlist)")
     for name, sample in pipeline.built.inputs.evaluation.items():
         ref = pipeline.output("reference", name)
         quant = pipeline.output("quant", name)
@@ -22,6 +24,9 @@ def run(pipeline) -> CheckResult:
             result.fail(f"[{name}] quantized output shape {tuple(quant.shape)} != reference {tuple(ref.shape)}")
             continue
         ref_valid, quant_valid = select_valid(ref, sample.valid_tokens), select_valid(quant, sample.valid_tokens)
+        if ref_valid.numel() == 0:
+            result.fail(f"[{name}] no valid element to compare (every position is marked invalid)")
+            continue
         try:
             metrics = accuracy_metrics(ref_valid, quant_valid)
         except NonFiniteError as exc:

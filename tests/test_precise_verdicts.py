@@ -1,0 +1,151 @@
+"""Precise verdicts: an expectation covers exactly its diagnosed problems, stale allowlists and
+case keys fail, nothing passes on zero elements, and pytest's own conventions (--lf, -m,
+junit) work on the matrix."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import textwrap
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+
+from cases.nn import CASES as NN_CASES
+from harness import Case, Expected
+from harness.case import CaseDefinitionError
+from harness.compare import compare_close
+from harness.expectations import judge
+from tests.helpers import problems_text, run_check
+
+NN_LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
+
+# -- judging expectations ------------------------------------------------------------------
+
+PEIR = Expected("diagnosed: output scale too coarse", problems=(r"PEIR \S+ exceeds threshold",))
+
+
+def test_exactly_the_expected_problem_is_an_expected_failure():
+    verdict = judge(PEIR, ["[default] PEIR 0.31 exceeds threshold 0.1"])
+    assert verdict.expected and "measured now: [default] PEIR 0.31 exceeds threshold 0.1" in verdict.message
+
+
+def test_an_extra_problem_is_not_swallowed():
+    verdict = judge(PEIR, ["[default] PEIR 0.31 exceeds threshold 0.1", "[default] SQNR dB 3 is below threshold 10"])
+    assert not verdict.expected and "unexpected problem(s)" in verdict.message and "SQNR" in verdict.message
+
+
+def test_a_vanished_problem_fails_strictly():
+    assert "the check passed" in judge(PEIR, []).message and not judge(PEIR, []).expected
+    changed = judge(Expected("two problems", problems=("PEIR", "SQNR")), ["[default] PEIR 0.31 exceeds threshold 0.1"])
+    assert not changed.expected and "no longer occur: SQNR" in changed.message
+
+
+def test_a_bare_string_expectation_is_a_definition_error():
+    with pytest.raises(CaseDefinitionError, match="must map check names to Expected"):
+        dataclasses.replace(NN_LINEAR, expected_failures={"quant_accuracy": "fails somehow"})
+    with pytest.raises(ValueError, match="bad regular expression"):
+        Expected("x", problems=("(unclosed",))
+
+
+# -- stale allowlists and vacuous passes ---------------------------------------------------
+
+
+def test_allowlisted_observer_that_is_fed_fails_observer_use():
+    case = dataclasses.replace(NN_LINEAR, unused_observers={"obs_act_in": "pretend it is never fed"})
+    text = problems_text(run_check(case, "observer_use"))
+    assert "unused_observers entry 'obs_act_in': every observer it covers (obs_act_in) is fed and applied now" in text
+
+
+def test_allowlist_pattern_matching_nothing_fails():
+    case = dataclasses.replace(NN_LINEAR, unused_observers={"no_such_observer*": "stale"})
+    assert "unused_observers entry 'no_such_observer*' matches no observer" in problems_text(run_check(case, "observer_use"))
+    assert "matches no observer of the wrapper tree" in problems_text(run_check(case, "calibration_coverage"))
+
+
+def test_stale_qparam_allowlist_entry_fails():
+    case = dataclasses.replace(NN_LINEAR, qparam_allowlist={"aten.permute.default": "stale: no permute here"})
+    text = problems_text(run_check(case, "qparam_audit"))
+    assert "qparam_allowlist entry 'aten.permute.default' matches no node without qparam" in text
+
+
+def test_ungated_sample_that_does_not_exist_fails():
+    case = dataclasses.replace(NN_LINEAR, ungated_samples={"padded": "no such sample in nn_linear"})
+    assert "ungated_samples entry 'padded' names no evaluation sample" in problems_text(run_check(case, "quant_accuracy"))
+
+
+def test_comparison_over_zero_elements_is_a_problem_not_a_pass():
+    x = torch.randn(1, 4, 8)
+    metrics, problem = compare_close("all padding", x, x, atol=1e-5, rtol=0, valid_tokens=torch.zeros(1, 4, dtype=torch.bool))
+    assert metrics["compared_elements"] == 0 and "no valid element to compare" in problem
+
+
+# -- through pytest ------------------------------------------------------------------------
+
+CASES = '''
+import torch
+from harness import Built, Case, CaseInputs, Expected, Sample, Thresholds
+
+
+def build_linear(profile):
+    module = torch.nn.Linear(8, 4)
+    sample = lambda: Sample(args=(torch.rand(2, 8),))
+    return Built(module=module, inputs=CaseInputs(calibration=(sample(), sample()), evaluation={"default": sample()}))
+
+
+PEIR = Expected("diagnosed: PEIR above a deliberately impossible limit", problems=(r"PEIR \\S+ exceeds threshold",))
+CASES = [
+    Case(name="expected_only", family="toy", build=build_linear, thresholds=Thresholds(max_peir=1e-12),
+         expected_failures={"quant_accuracy": PEIR}),
+    Case(name="extra_problem", family="toy", build=build_linear,
+         thresholds=Thresholds(max_peir=1e-12, max_mean_abs_diff=1e-12), expected_failures={"quant_accuracy": PEIR}),
+    Case(name="fixed", family="toy", build=build_linear, expected_failures={"quant_accuracy": PEIR}),
+    Case(name="typo", family="other", build=build_linear, not_applicable={"quant_acuracy": "typo in a check name"}),
+]
+'''
+INI = "[pytest]\ntestpaths = cases\nwrapq_cases_dir = cases\n"
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makeini(INI)
+    (pytester.mkpydir("cases") / "toy.py").write_text(textwrap.dedent(CASES))
+    return pytester
+
+
+def _outcomes(pytester) -> dict[str, str]:
+    doc = json.loads((pytester.path / "reports" / "results.json").read_text())
+    return {f"{r['case']}::{r['check']}": r["outcome"] for r in doc["results"] if r["case"]}
+
+
+def test_expectations_and_case_keys_through_pytest(project):
+    result = project.runpytest_subprocess("-p", "no:xdist", "-k", "quant_accuracy or definition")
+    outcomes = _outcomes(project)
+    assert outcomes["expected_only::quant_accuracy"] == "xfailed"
+    assert outcomes["extra_problem::quant_accuracy"] == "failed"
+    assert outcomes["fixed::quant_accuracy"] == "failed"
+    out = result.stdout.str()
+    assert "unexpected problem(s) beside the expected failure" in out and "mean |diff|" in out
+    assert "expected failure no longer occurs: the check passed" in out
+    assert "field 'not_applicable': names no check: quant_acuracy" in out
+
+
+def test_last_failed_selects_the_failing_items_only(project):
+    project.runpytest_subprocess("-p", "no:xdist", "-k", "quant_accuracy")
+    rerun = project.runpytest_subprocess("-p", "no:xdist", "--lf", "-k", "quant_accuracy")
+    rerun.assert_outcomes(failed=2)
+
+
+def test_markers_select_by_check_family_and_profile(project):
+    by_check = project.runpytest_subprocess("-p", "no:xdist", "--collect-only", "-q", "-m", "lifecycle and toy")
+    lines = [l for l in by_check.stdout.lines if "::" in l]
+    assert len(lines) == 3 and all(l.endswith("::lifecycle") for l in lines)
+    assert project.runpytest_subprocess("-p", "no:xdist", "--collect-only", "-q", "-m", "other and tiny",
+                                        "--strict-markers").ret == 0
+
+
+def test_junit_carries_scalars_not_the_record(project):
+    project.runpytest_subprocess("-p", "no:xdist", "-k", "expected_only and quant_accuracy", "--junitxml=junit.xml")
+    props = [(p.get("name"), p.get("value")) for p in ET.parse(project.path / "junit.xml").iter("property")]
+    assert ("wrapq.peir" in dict(props)) and all(len(value) < 40 for _, value in props), props
