@@ -26,6 +26,7 @@ import torch
 
 from harness import portable
 from harness.case import GoldenTolerance
+from harness.observer_trace import producing_observers
 from harness.overhead import overhead
 from harness.pipeline import Pipeline, unwrap
 from harness.results import package_versions
@@ -61,29 +62,14 @@ def update_command(nodeid: str) -> str:
 
 
 def output_observer_scales(pipeline: Pipeline) -> dict[str, float]:
-    """Per evaluation sample, the scale of the observer whose fake-quant produced the QUANT
-    output, found by running one private copy with every observer instrumented (no case
-    annotation needed). Samples whose output no per-tensor observer produced are absent."""
-    from tico.quantization.wrapq.observers.base import ObserverBase
-
-    root = copy.deepcopy(pipeline.quantized)
-    produced: dict[int, torch.nn.Module] = {}
-    for module in root.modules():
-        if isinstance(module, ObserverBase):
-            original = module.fake_quant
-
-            def recording(x, _orig=original, _obs=module):
-                out = _orig(x)
-                produced[out.data_ptr()] = _obs
-                return out
-
-            module.fake_quant = recording
+    """Per evaluation sample, the scale of the per-tensor observer whose fake-quant produced the
+    QUANT output (harness/observer_trace.py). Samples no such observer produced are absent."""
+    case = pipeline.case
+    outputs = {name: (lambda root, _s=sample: case.output(_s.call(root)))
+               for name, sample in pipeline.built.inputs.evaluation.items()}
     scales: dict[str, float] = {}
-    for name, sample in pipeline.built.inputs.evaluation.items():
-        produced.clear()
-        with torch.no_grad():
-            out = pipeline.case.output(sample.call(root))
-        scale = getattr(produced.get(out.data_ptr()), "_cached_scale", None)
+    for name, (_, observer) in producing_observers(pipeline.quantized, outputs).items():
+        scale = getattr(observer, "_cached_scale", None)
         if isinstance(scale, torch.Tensor) and scale.numel() == 1 and float(scale) > 0:
             scales[name] = float(scale)
     return scales

@@ -30,9 +30,28 @@ def test_clean_results_carry_the_numbers_reviewers_asked_for():
     assert 0.3 < replay.metrics["fake_quantize_mean_steps"] < 0.75
     assert replay.metrics["fake_quantize_max_abs_diff"] == pytest.approx(0.126, abs=0.002)
     assert replay.metrics["native_supported"] is False
-    assert any("NATIVE replay not run" in note for note in replay.notes)
+    assert any("NATIVE replay not applicable: tico's reference runtime does not execute this graph in NATIVE "
+               "mode by design" in note for note in replay.notes)
     audit = run_clean_check(VISION_ENCODER, "qparam_audit")
     assert audit.metrics["quantized_nodes"] > 100 and audit.metrics["missing_qparam"] == 0
+
+
+def test_native_replay_crash_is_a_failure_not_a_note(monkeypatch):
+    """Only the runtime's by-design refusal is not applicable; any other NATIVE exception fails."""
+    import harness.export
+    from cases.nn import CASES as NN_CASES
+
+    real = harness.export.replay_circle
+
+    def crashing(circle, args, mode):
+        if mode == "native":
+            raise IndexError("index 7 is out of bounds for axis 0 with size 4")
+        return real(circle, args, mode)
+
+    monkeypatch.setattr(harness.export, "replay_circle", crashing)
+    case = next(c for c in NN_CASES if c.name == "nn_linear")
+    text = problems_text(run_check(case, "circle_replay"))
+    assert "NATIVE replay failed: IndexError: index 7 is out of bounds for axis 0 with size 4" in text
 
 
 def test_qparam_audit_agrees_with_tico_checker():
