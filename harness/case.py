@@ -225,7 +225,6 @@ def first_tensor(output: Any) -> torch.Tensor:
 
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-_REQUIREMENT_RE = re.compile(r"^([A-Za-z0-9_.\-]+)\s*>=\s*([0-9][0-9A-Za-z.+\-]*)$")
 
 
 @dataclass(frozen=True)

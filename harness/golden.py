@@ -11,12 +11,10 @@ per-case lock, each file replaced atomically, manifest last.
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import hashlib
 import json
 import os
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +27,7 @@ from harness.case import GoldenTolerance
 from harness.observer_trace import producing_observers
 from harness.overhead import overhead
 from harness.pipeline import Pipeline, unwrap
-from harness.results import package_versions
+from harness.results import atomic_write_bytes, atomic_write_text, package_versions
 
 # 2: portable comparison (input hash without float bits, input sketch, platform record).
 MANIFEST_SCHEMA = 2
@@ -231,22 +229,8 @@ def _case_lock(golden_dir: Path, case: str, profile: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | None = None) -> dict[str, Any]:
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     tensors, steps = collected or collect(pipeline)
     manifest = {
@@ -268,8 +252,8 @@ def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | N
     tensor_path, manifest_path = paths(golden_dir, pipeline.case.name, pipeline.profile)
     with _case_lock(golden_dir, pipeline.case.name, pipeline.profile):
         with overhead("golden_io"):
-            _atomic_write(tensor_path, lambda tmp: save_file(tensors, tmp, metadata={"input_hash": manifest["input_hash"]}))
-        _atomic_write(manifest_path, lambda tmp: Path(tmp).write_text(json.dumps(manifest, indent=2, sort_keys=True)))
+            atomic_write_bytes(tensor_path, save(tensors, metadata={"input_hash": manifest["input_hash"]}))
+        atomic_write_text(manifest_path, json.dumps(manifest, indent=2, sort_keys=True))
     return manifest
 
 

@@ -30,11 +30,6 @@ def totals() -> dict[str, float]:
     return dict(_totals)
 
 
-def merge_into(target: dict[str, float], more: dict[str, float]) -> None:
-    for kind, seconds in more.items():
-        target[kind] = target.get(kind, 0.0) + float(seconds)
-
-
 def peak_rss_mb() -> float:
     """This process's peak resident set size (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -73,12 +73,6 @@ def set_seed(seed: int) -> None:
     np.random.seed(seed % (2**32))
 
 
-def _quant_modules(root: torch.nn.Module) -> list[Any]:
-    from tico.quantization.wrapq.wrappers.quant_module_base import QuantModuleBase
-
-    return [m for m in root.modules() if isinstance(m, QuantModuleBase)]
-
-
 def wrap_noquant(case: Case, module: torch.nn.Module, cfg: Any) -> torch.nn.Module:
     """The wrapper tree in NO_QUANT mode, as tico constructs it (no calibration enabled)."""
     if case.wrap is not None:
