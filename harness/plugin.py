@@ -166,6 +166,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _refuse_lost_project_config(config)
     import torch
 
     torch.set_num_threads(max(1, config.getoption("wrapq_torch_threads")))
@@ -178,6 +179,17 @@ def pytest_configure(config: pytest.Config) -> None:
     for capability in CAPABILITY_MARKERS:
         register_marker(config, capability, f"every check of cases that declare a {capability} capability")
     config.pluginmanager.register(state, "wrapq-state")
+
+
+def _refuse_lost_project_config(config: pytest.Config) -> None:
+    """pytest picks its rootdir from arguments that name existing paths, so ``--wrapq-report-dir
+    /tmp/r`` with /tmp/r present moves the rootdir there, drops the project's config and collects
+    the wrong files. Run from a wrapq project without its config is refused with the fix."""
+    project = config.invocation_params.dir / "pyproject.toml"
+    if config.inipath is None and project.is_file() and "wrapq_cases_dir" in project.read_text(errors="replace"):
+        raise pytest.UsageError(
+            f"pytest did not read {project} (rootdir became {config.rootpath}, probably from a directory "
+            f"option given as '--option DIR'); write path options as '--wrapq-report-dir=DIR'")
 
 
 class _State:

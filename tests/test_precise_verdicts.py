@@ -149,3 +149,19 @@ def test_junit_carries_scalars_not_the_record(project):
     project.runpytest_subprocess("-p", "no:xdist", "-k", "expected_only and quant_accuracy", "--junitxml=junit.xml")
     props = [(p.get("name"), p.get("value")) for p in ET.parse(project.path / "junit.xml").iter("property")]
     assert ("wrapq.peir" in dict(props)) and all(len(value) < 40 for _, value in props), props
+
+
+def test_existing_report_dir_given_with_a_space_is_refused_not_misread(tmp_path):
+    """pytest would take the existing directory as its rootdir and collect tests/ instead of the
+    cases; the plugin refuses with the fix instead of running the wrong thing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--wrapq-report-dir", str(tmp_path)],
+                          cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "write path options as '--wrapq-report-dir=DIR'" in done.stderr + done.stdout
+    fixed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", f"--wrapq-report-dir={tmp_path}"],
+                           cwd=repo, capture_output=True, text=True, timeout=300)
+    assert fixed.returncode == 0 and "tests collected" in fixed.stdout
