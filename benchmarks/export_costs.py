@@ -11,12 +11,8 @@ bytes and audited graph are compared with tico's own conversion for every case."
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def timed_conversion(program: Any, defer_codegen: bool) -> tuple[Any, float, int]:
@@ -33,15 +29,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="", help="comma-separated subset (default: every case with export)")
     args = parser.parse_args()
-    import tomllib
+    from harness.catalog import add_configured_import_roots, load_cases
 
-    # The same import roots pytest gets from pyproject (the out-of-tree example's package too).
-    for entry in reversed(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["pythonpath"]):
-        sys.path.insert(0, str(ROOT / entry))
+    add_configured_import_roots()
     import torch
 
     torch.set_num_threads(1)
-    from harness.catalog import load_cases
     from harness.export import export_program
     from harness.export_reuse import Uncacheable, execution_key
     from harness.pipeline import Pipeline, StageError, warm_imports

@@ -26,6 +26,15 @@ def configured_case_dirs() -> list[Path]:
     return [ROOT / d for d in dirs.split()]
 
 
+def add_configured_import_roots() -> None:
+    """Put the import roots pytest gets from pyproject (``pythonpath``, the out-of-tree example's
+    package too) on sys.path, for scripts that load cases outside pytest."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for entry in reversed(config["tool"]["pytest"]["ini_options"].get("pythonpath", [])):
+        if str(ROOT / entry) not in sys.path:
+            sys.path.insert(0, str(ROOT / entry))
+
+
 def load_cases(case_dirs: list[Path] | None = None) -> list[tuple[str, Case]]:
     """(case file relative to the repo root, case) for every collected case."""
     if str(ROOT) not in sys.path:

@@ -12,6 +12,7 @@ per-case lock, each file replaced atomically, manifest last.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -164,26 +165,27 @@ def input_sketch(pipeline: Pipeline) -> dict[str, list[float]]:
             if isinstance(v, torch.Tensor) and v.is_floating_point()}
 
 
-def sketch_changes(stored: dict[str, list[float]], current: dict[str, list[float]],
-                   rel: float = SKETCH_REL) -> list[str]:
-    """Inputs whose content moved more than rounding noise can move it (relative to sum |x|)."""
-    moved = []
+def sketch_moves(stored: dict[str, list[float]], current: dict[str, list[float]]) -> dict[str, float]:
+    """Per input in both, how far its sketch moved, as a fraction of its sum |x|."""
+    moves = {}
     for label in sorted(set(stored) & set(current)):
         s, c = stored[label], current[label]
-        scale = max(abs(s[1]), abs(c[1]), 1e-30)
-        worst = max(abs(a - b) for a, b in zip(s, c)) / scale
-        if worst > rel:
-            moved.append(f"{label} (moved {worst:.2g} of its sum |x|)")
-    return moved
+        moves[label] = max(abs(a - b) for a, b in zip(s, c)) / max(abs(s[1]), abs(c[1]), 1e-30)
+    return moves
+
+
+def sketch_changes(stored: dict[str, list[float]], current: dict[str, list[float]]) -> list[str]:
+    """Inputs whose content moved more than rounding noise can move it (``SKETCH_REL``)."""
+    return [f"{label} (moved {move:.2g} of its sum |x|)"
+            for label, move in sketch_moves(stored, current).items() if move > SKETCH_REL]
 
 
 KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")
 
 
-def platform_record() -> dict[str, Any]:
-    """What decides float bits on this machine: CPU, torch's kernel selection, BLAS, threads
-    and the environment variables that override them. Recorded in each manifest, so a golden
-    failure can say whether the golden came from another platform."""
+@functools.lru_cache(maxsize=1)
+def _machine() -> tuple[str, str, str]:
+    """(CPU model, architecture, BLAS): fixed for the process, read once (every golden item asks)."""
     import platform
 
     cpu = platform.processor() or platform.machine()
@@ -196,9 +198,17 @@ def platform_record() -> dict[str, Any]:
         pass
     blas = next((line.strip(" -") for line in torch.__config__.show().splitlines() if "Math Kernel Library" in line
                  or "OpenBLAS" in line), "unknown")
+    return cpu, platform.machine(), blas
+
+
+def platform_record() -> dict[str, Any]:
+    """What decides float bits on this machine: CPU, torch's kernel selection, BLAS, threads
+    and the environment variables that override them. Recorded in each manifest, so a golden
+    failure can say whether the golden came from another platform."""
+    cpu, machine, blas = _machine()
     return {
         "cpu": cpu,
-        "machine": platform.machine(),
+        "machine": machine,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "blas": blas,
         "torch_threads": torch.get_num_threads(),

@@ -36,28 +36,52 @@ def load_run(directory: Path) -> dict[str, tuple[dict, dict, dict]]:
     return runs
 
 
-def _committed(golden_dir: Path, case: str) -> tuple[dict, dict]:
-    manifest, tensors = golden.load(golden_dir, case, "tiny", case)
-    return manifest, tensors
+class Runs:
+    """The runs under ``out`` and the committed goldens, each read from disk once, and each
+    clean run's statistics against the goldens computed once (the held-out scoring reuses them)."""
+
+    def __init__(self, out: Path, golden_dir: Path, only: set[str]):
+        self.out, self.golden_dir, self.only = out, golden_dir, only
+        self._runs: dict[str, dict] = {}
+        self._goldens: dict[str, tuple[dict, dict, dict]] = {}
+        self._stats: dict[str, dict] = {}
+
+    def run(self, name: str) -> dict[str, tuple[dict, dict, dict]]:
+        if name not in self._runs:
+            self._runs[name] = {c: v for c, v in load_run(self.out / name).items() if not self.only or c in self.only}
+        return self._runs[name]
+
+    def golden(self, case: str) -> tuple[dict, dict, dict]:
+        """(manifest, stored tensors, steps) of the committed golden."""
+        if case not in self._goldens:
+            manifest, stored = golden.load(self.golden_dir, case, "tiny", case)
+            self._goldens[case] = (manifest, stored, {k: v.get("step") for k, v in manifest["tensors"].items()})
+        return self._goldens[case]
+
+    def compare(self, run: str, case: str, measured: dict | None = None) -> dict[str, dict[str, Any]]:
+        manifest, stored, steps = self.golden(case)
+        return portable.compare(stored, self.run(run)[case][0], steps, GoldenTolerance(), measured)
+
+    def stats(self, run: str) -> dict[str, dict[str, dict[str, Any]]]:
+        """case -> tensor -> statistics of one run against the goldens (limits not involved)."""
+        if run not in self._stats:
+            self._stats[run] = {case: self.compare(run, case) for case in self.run(run)}
+        return self._stats[run]
 
 
-def measured_noise(out: Path, golden_dir: Path, clean_runs: list[str], only: set[str]) -> dict[str, Any]:
+def measured_noise(runs: Runs, clean_runs: list[str]) -> dict[str, Any]:
     """Per case and tensor, the largest value of every gated statistic over the clean runs."""
     cases: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
-    tolerance = GoldenTolerance()
     hashes: dict[str, set[str]] = defaultdict(set)
     sketch_moves: dict[str, float] = defaultdict(float)
     for run in clean_runs:
-        for case, (tensors, _, meta) in load_run(out / run).items():
-            if only and case not in only:
-                continue
-            manifest, stored = _committed(golden_dir, case)
+        for case, (_, _, meta) in runs.run(run).items():
+            manifest = runs.golden(case)[0]
             hashes[case].add(meta.get("input_hash", ""))
             if "sketch" in meta:
-                for line in golden.sketch_changes(manifest.get("input_sketch") or {}, json.loads(meta["sketch"]), rel=0.0):
-                    sketch_moves[case] = max(sketch_moves[case], float(line.split("moved ")[1].split(" ")[0]))
-            steps = {k: v.get("step") for k, v in manifest["tensors"].items()}
-            for key, r in portable.compare(stored, tensors, steps, tolerance).items():
+                moves = golden.sketch_moves(manifest.get("input_sketch") or {}, json.loads(meta["sketch"]))
+                sketch_moves[case] = max([sketch_moves[case], *moves.values()])
+            for key, r in runs.stats(run)[case].items():
                 for stat in GATED:
                     if stat in r:
                         cases[case][key][stat] = max(cases[case][key].get(stat, 0.0), r[stat])
@@ -66,8 +90,7 @@ def measured_noise(out: Path, golden_dir: Path, clean_runs: list[str], only: set
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "platform": golden.platform_record(),
         "runs": clean_runs,
-        "input_hash_stable": {c: len(h) == 1 and h == {golden.load(golden_dir, c, "tiny", c)[0]["input_hash"]}
-                              for c, h in hashes.items()},
+        "input_hash_stable": {c: h == {runs.golden(c)[0]["input_hash"]} for c, h in hashes.items()},
         "input_sketch_max_move": dict(sketch_moves),
         "cases": {c: {k: {s: v for s, v in stats.items() if s == "err_ratio"} for k, stats in t.items()
                       if "err_ratio" in stats} for c, t in cases.items()},
@@ -76,29 +99,23 @@ def measured_noise(out: Path, golden_dir: Path, clean_runs: list[str], only: set
     }
 
 
-def _case_scores(out: Path, golden_dir: Path, run: str, noise: dict[str, Any], only: set[str]) -> dict[str, tuple[float, str]]:
+def _case_scores(runs: Runs, run: str, noise: dict[str, Any]) -> dict[str, tuple[float, str]]:
     """case -> (worst score over tensors, 'tensor:statistic') for one run, against the measured limits."""
     scores = {}
-    for case, (tensors, _, _) in load_run(out / run).items():
-        if only and case not in only:
-            continue
-        manifest, stored = _committed(golden_dir, case)
-        steps = {k: v.get("step") for k, v in manifest["tensors"].items()}
-        results = portable.compare(stored, tensors, steps, GoldenTolerance(), noise["cases"].get(case, {}))
+    for case in runs.run(run):
+        results = runs.compare(run, case, noise["cases"].get(case, {}))
         key, r = max(results.items(), key=lambda kv: kv[1]["score"])
         scores[case] = (r["score"], f"{key}:{r['by']}")
     return scores
 
 
-def report(out: Path, golden_dir: Path, only: set[str], clean_runs: list[str], defect_runs: dict[str, list[str]],
-           noise: dict[str, Any]) -> str:
+def report(runs: Runs, clean_runs: list[str], defect_runs: dict[str, list[str]], noise: dict[str, Any]) -> str:
     """Markdown: per case, noise score (must stay < 1) and, per defect, its weakest score (> 1 caught)."""
-    clean = {run: _case_scores(out, golden_dir, run, noise, only) for run in clean_runs}
+    clean = {run: _case_scores(runs, run, noise) for run in clean_runs}
     # Out of sample: each clean selection scored against limits measured without it.
-    held_out = {run: _case_scores(out, golden_dir, run,
-                                  measured_noise(out, golden_dir, [r for r in clean_runs if r != run], only), only)
+    held_out = {run: _case_scores(runs, run, measured_noise(runs, [r for r in clean_runs if r != run]))
                 for run in clean_runs}
-    defects = {d: {run: _case_scores(out, golden_dir, run, noise, only) for run in runs} for d, runs in defect_runs.items()}
+    defects = {d: {run: _case_scores(runs, run, noise) for run in names} for d, names in defect_runs.items()}
     cases = sorted({c for scores in clean.values() for c in scores})
     header = ["case", "worst clean score", "held out", "float_rel", "scale_rel", "err_ratio"] + [f"{d}" for d in defect_runs]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -487,8 +487,9 @@ class CheckItem(pytest.Item):
             expectation = self.case.expected_failures.get(self.check.name)
             # A stage that fails exactly as diagnosed (e.g. torch.export refusing a data-dependent
             # op) is an expected failure too; any other stage failure stays a failure.
-            if expectation and judge(expectation, [stage_problem(err)]).expected:
-                pytest.xfail(judge(expectation, [stage_problem(err)]).message)
+            judgement = judge(expectation, [stage_problem(err)]) if expectation else None
+            if judgement and judgement.expected:
+                pytest.xfail(judgement.message)
             raise
         mutated = pipeline.guard_end()
         if mutated:

@@ -41,13 +41,6 @@ SELECTIONS: dict[str, dict[str, str]] = {
 DEFECT_SELECTIONS = ("native-1t", "default-1t")
 
 
-def _import_roots() -> None:
-    import tomllib
-
-    for entry in reversed(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["pythonpath"]):
-        sys.path.insert(0, str(ROOT / entry))
-
-
 def golden_cases(only: set[str]) -> list:
     from harness.catalog import load_cases
 
@@ -127,24 +120,27 @@ def main() -> int:
     parser.add_argument("--collect", default="", help=argparse.SUPPRESS)
     parser.add_argument("--defect", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    _import_roots()
+    from harness.catalog import add_configured_import_roots
+
+    add_configured_import_roots()
     only = {c for c in args.cases.split(",") if c}
     if args.collect:
         return collect_run(Path(args.collect), args.defect or None, only)
     out = Path(args.out)
     run_all(out, only, args.jobs, args.fresh)
     from harness.defects import DEFECTS
-    from harness.noise_report import measured_noise, report
+    from harness.noise_report import Runs, measured_noise, report
 
     golden_dir = ROOT / "golden"
     clean = list(SELECTIONS)
-    noise = measured_noise(out, golden_dir, clean, only)
+    runs = Runs(out, golden_dir, only)
+    noise = measured_noise(runs, clean)
     if args.write_noise:
         if only:
             parser.error("--write-noise needs every case (drop --cases)")
         (golden_dir / "noise.json").write_text(json.dumps(noise, indent=1, sort_keys=True) + "\n")
         print(f"wrote {golden_dir / 'noise.json'}")
-    text = report(out, golden_dir, only, clean, {d: [f"{s}+{d}" for s in DEFECT_SELECTIONS] for d in DEFECTS}, noise)
+    text = report(runs, clean, {d: [f"{s}+{d}" for s in DEFECT_SELECTIONS] for d in DEFECTS}, noise)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text)
