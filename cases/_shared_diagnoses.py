@@ -29,3 +29,55 @@ def vision_and_mask_copies() -> Expected:
     """Qwen3-VL model-level wrappers: both the patch-embed copy and the per-layer mask templates."""
     return Expected(QWEN3_VL_PATCH_EMBED_REASON + "; " + MASK_TEMPLATE_PER_LAYER.reason,
                     problems=(QWEN3_VL_PATCH_EMBED_COPY,) + MASK_TEMPLATE_PER_LAYER.problems)
+
+
+# -- qparam_consistency: torch fake-quantizes a value with qparams tico's passes later replace ---
+_REPLACED = r"\): torch fake-quantizes it with scale \S+ zp -?\d+, the Circle model holds scale \S+ zp -?\d+ "
+_FORWARD = ("tico 0.3.0's PropagateQParamForward gives SPLIT outputs (getitem of split_with_sizes), SLICE and NEG "
+            "their input's qparams whenever the dtypes agree, replacing qparams already folded there "
+            "(quantization/passes/propagate_qparam_forward.py:108-142)")
+_BACKWARD = ("PropagateQParamBackward gives CONCATENATION's inputs the output's qparams "
+             "(quantization/passes/propagate_qparam_backward.py:73-81)")
+
+ROTATE_HALF_PATTERN = r"\.obs_[qk]_(x1|x2|neg)" + _REPLACED + r"\(replaced by PropagateQParam(Forward|Backward)\)$"
+ROTATE_HALF_REASON = (
+    "rotate-half fake-quantizes the two halves of q/k with their own observers after torch.chunk "
+    "(obs_q_x1/x2, obs_k_x1/x2; e.g. llama/quant_attention.py:246-248, qwen_vl/quant_text_attention.py:192) "
+    "and -x2 with obs_*_neg before concatenating; " + _FORWARD + ", and " + _BACKWARD + ": the halves hold "
+    "other qparams in Circle than in torch, so one tensor is quantized with two sets of qparams"
+)
+KV_PRESENT_PATTERN = (r"\.(obs_new_[kv]|obs_k_rot|(v_proj|v_norm)\.wrapped\.obs_act_out)" + _REPLACED
+                      + r"\(replaced by PropagateQParamBackward\)$")
+KV_PRESENT_REASON = (
+    "in decode, the new K/V are fake-quantized with their own observers (obs_k_rot / obs_new_k, the v "
+    "projection's or v_norm's output observer / obs_new_v; llama/quant_attention.py:277 and 918) and then "
+    "concatenated with the past K/V into the present K/V, quantized with the present observers; "
+    + _BACKWARD + ", so in Circle the new K/V carry the present K/V's qparams"
+)
+CONV3D_SLICES_PATTERN = r"\.input_slice_k\d+" + _REPLACED + r"\(replaced by PropagateQParamForward\)$"
+CONV3D_SLICES_REASON = (
+    "QuantConv3dDecomposed fake-quantizes each temporal input slice with its own observer "
+    "(_input_slice_obs[k], nn/quant_conv3d_decomposed.py:249); " + _FORWARD + ", so each SLICE holds the "
+    "padded input's qparams in Circle"
+)
+
+
+def replaced_qparams(rotate_half: bool = True, kv_present: bool = False, conv3d_slices: bool = False) -> Expected:
+    """The qparam_consistency expectation for the replacements a case's wrappers diagnose."""
+    parts = [(rotate_half, ROTATE_HALF_REASON, ROTATE_HALF_PATTERN), (kv_present, KV_PRESENT_REASON, KV_PRESENT_PATTERN),
+             (conv3d_slices, CONV3D_SLICES_REASON, CONV3D_SLICES_PATTERN)]
+    chosen = [(reason, pattern) for wanted, reason, pattern in parts if wanted]
+    return Expected("; ".join(reason for reason, _ in chosen), problems=tuple(pattern for _, pattern in chosen))
+
+
+def with_expected(cases: list, expectations: dict[str, dict[str, Expected]]) -> list:
+    """``cases`` with more expected failures merged in by case name; a name that matches no case
+    is a definition error (an expectation never silently goes stale)."""
+    import dataclasses
+
+    names = {case.name for case in cases}
+    unknown = sorted(set(expectations) - names)
+    if unknown:
+        raise ValueError(f"expectations for unknown case(s): {unknown}")
+    return [dataclasses.replace(case, expected_failures={**case.expected_failures, **expectations[case.name]})
+            if case.name in expectations else case for case in cases]

@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from cases._shared_diagnoses import replaced_qparams, with_expected
 from harness import (
     Built,
     Case,
@@ -525,3 +526,13 @@ TEXT_PARTS = [
 ]
 
 CASES = [VISION_ENCODER, VISION_ENCODER_PADDED_CALIB, *VISION_PARTS, VISION_MODEL, *TEXT_PARTS]
+
+
+# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
+CASES = with_expected(CASES, {
+    "gemma4_vision_attention": {"qparam_consistency": replaced_qparams()},
+    "gemma4_vision_encoder": {"qparam_consistency": replaced_qparams()},
+    "gemma4_vision_encoder_layer": {"qparam_consistency": replaced_qparams()},
+    "gemma4_vision_encoder_padded_calib": {"qparam_consistency": replaced_qparams()},
+    "gemma4_vision_model": {"qparam_consistency": replaced_qparams()},
+})

@@ -36,7 +36,7 @@ from harness import (
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
 
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 
 ASSISTANT_REQUIRES = ("transformers.models.gemma4_assistant.modeling_gemma4_assistant",)
 ASSISTANT_MIN_VERSIONS = {"transformers": "5.9"}
@@ -373,6 +373,13 @@ CASES = [
         # hidden @ the given LM-head rows. Any selection flip would show as a large jump.
         thresholds=Thresholds(max_mean_abs_diff=1e-6, max_abs_diff=1e-6, max_peir=1e-6),
         not_applicable={check: _HOST_ONLY for check in
-                        ("dynamic_vs_export", "torch_export", "circle_replay", "qparam_audit", "export_contract")},
+                        ("dynamic_vs_export", "torch_export", "circle_replay", "qparam_audit", "qparam_consistency",
+                     "export_contract")},
     ),
 ]
+
+
+# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
+CASES = with_expected(CASES, {
+    "gemma4_assistant_core": {"qparam_consistency": replaced_qparams()},
+})

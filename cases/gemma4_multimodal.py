@@ -31,7 +31,7 @@ from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
 
 from cases._gemma4_text_common import additive_mask, allowed_pairs, attention_unused, sin_in_convention
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 from cases.gemma4 import (
     E2B_PROFILES,
     GEMMA4_MIN_VERSIONS,
@@ -277,7 +277,8 @@ _CONDITIONAL_SITE = TextDecoderSite(
 _TEXT_UNUSED = attention_unused("*layers.0.wrapped.self_attn.wrapped.")
 _PLE_OFF = ("per-layer embeddings are off in this config (hidden_size_per_layer_input=0, as in TICO's smoke), "
             "so there are no per-layer inputs to observe")
-_WHOLE_EXPORT_CHECKS = ("dynamic_vs_export", "torch_export", "circle_replay", "qparam_audit", "export_contract")
+_WHOLE_EXPORT_CHECKS = ("dynamic_vs_export", "torch_export", "circle_replay", "qparam_audit", "qparam_consistency",
+                     "export_contract")
 
 
 def _staged_export(wrapper: str) -> dict[str, str]:
@@ -361,3 +362,9 @@ MODEL_CASES = [
 ]
 
 CASES = [MULTIMODAL_EMBEDDER, *MODEL_CASES]
+
+
+# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
+CASES = with_expected(CASES, {
+    "gemma4_model": {"qparam_consistency": replaced_qparams()},
+})

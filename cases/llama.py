@@ -30,7 +30,7 @@ from harness import (
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
 
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 
 LLAMA_REQUIRES = ("transformers.models.llama.modeling_llama",)
 FILL = -120.0  # tico's default attention_mask_fill_value
@@ -456,3 +456,12 @@ CASES.append(
         mask=MaskCapability(probes=_layer_decode_masks),
     )
 )
+
+
+# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
+CASES = with_expected(CASES, {
+    "llama_attention_prefill": {"qparam_consistency": replaced_qparams()},
+    "llama_attention_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
+    "llama_decoder_layer_prefill": {"qparam_consistency": replaced_qparams()},
+    "llama_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
+})

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cases._shared_diagnoses import replaced_qparams, with_expected
 from harness import Built, Case, CaseInputs, Expected, Sample, Thresholds, whole_module_export
 
 
@@ -119,3 +120,9 @@ CASES = [
          },
          **_LEAF),
 ]
+
+
+# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
+CASES = with_expected(CASES, {
+    "nn_conv3d": {"qparam_consistency": replaced_qparams(rotate_half=False, conv3d_slices=True)},
+})

@@ -28,7 +28,7 @@ from harness import (
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
 
-from cases._shared_diagnoses import QWEN3_VL_PATCH_EMBED_COPY, QWEN3_VL_PATCH_EMBED_REASON
+from cases._shared_diagnoses import QWEN3_VL_PATCH_EMBED_COPY, QWEN3_VL_PATCH_EMBED_REASON, replaced_qparams, with_expected
 
 QWEN3_VL_REQUIRES = ("transformers.models.qwen3_vl.modeling_qwen3_vl",)
 
@@ -341,3 +341,11 @@ TEXT_PARTS = [
 ]
 
 CASES = [VISION_MODEL, *VISION_PARTS, *TEXT_PARTS]
+
+
+# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
+CASES = with_expected(CASES, {
+    "qwen3_vl_vision_attention": {"qparam_consistency": replaced_qparams()},
+    "qwen3_vl_vision_block": {"qparam_consistency": replaced_qparams()},
+    "qwen3_vl_vision_model": {"qparam_consistency": replaced_qparams()},
+})

@@ -14,6 +14,7 @@ import torch
 
 from harness.circle_cache import CacheEntry, CircleCache, Uncacheable, cache_key
 from harness.qparam_audit import AuditResult, audit_exported_program
+from harness.qparam_consistency import attribute_observers, observer_fake_quants, overwritten_qparams, recording_folds
 
 
 @dataclass
@@ -120,10 +121,16 @@ def _convert(program: Any, defer_codegen: bool = True) -> tuple[bytes, AuditResu
     """Convert a private copy (tico's passes mutate the program they are given)."""
     from tico.utils.convert import convert_exported_module_to_circle
 
+    observers = observer_fake_quants(program)
     deferral = _deferred_fx_codegen() if defer_codegen else contextlib.nullcontext()
-    with _capture_quantized_program() as captured, deferral, torch.no_grad():
+    with _capture_quantized_program() as captured, recording_folds() as applied, deferral, torch.no_grad():
         binary = convert_exported_module_to_circle(copy.deepcopy(program))
-    audit = audit_exported_program(captured["program"]) if "program" in captured else AuditResult()
+    if "program" not in captured:
+        return binary, AuditResult()
+    audit = audit_exported_program(captured["program"])
+    audit.attribution_refused = attribute_observers(applied, observers)
+    audit.applied = applied
+    audit.overwritten = overwritten_qparams(applied, captured["program"])
     return binary, audit
 
 

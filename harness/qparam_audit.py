@@ -65,6 +65,11 @@ class AuditResult:
     float_nodes: int = 0
     integer_nodes: int = 0
     missing: list[dict[str, Any]] = field(default_factory=list)
+    # qparam consistency (harness.qparam_consistency): torch fake-quants folded into the
+    # graph, and those whose tensor ends up holding other qparams.
+    applied: list[dict[str, Any]] = field(default_factory=list)
+    attribution_refused: str | None = None
+    overwritten: list[dict[str, Any]] = field(default_factory=list)
 
 
 def audit_exported_program(program: Any, ignored_targets: tuple[str, ...] = DEFAULT_IGNORED_TARGETS) -> AuditResult:

@@ -8,8 +8,11 @@ NATIVE exception fails."""
 
 import re
 
+import torch
+
 from harness.checks.base import Check, CheckResult, requires_capability
 from harness.metrics import as_float, nonfinite_summary
+from harness.qparam_consistency import aligned_to_circle
 
 # The Circle runtime computes the same graph with its own float kernels (numpy), torch with
 # others: at any fake-quant an element near a rounding boundary can land on the adjacent level,
@@ -26,16 +29,34 @@ NATIVE_BY_DESIGN = re.compile(r"on integer quantized tensors has backend-defined
                               r"executed in NATIVE mode")
 
 
-def _steps(result: CheckResult, pipeline, mode: str, label: str, max_steps, mean_steps,
-           extra_limits: tuple | None = None) -> None:
-    """Every Circle output against the torch QUANT export output it corresponds to, each in
-    steps of its own serialized output scale. Output 0 keeps the plain metric names; further
-    outputs (e.g. the K/V a decoder layer also returns) are suffixed with their index."""
-    torch_outs = pipeline.export_output_leaves("quant", pipeline.export_sample_name)
+def _aligned_torch_outputs(pipeline, result: CheckResult) -> list | None:
+    """When tico's passes replaced qparams torch applied (see qparam_consistency), the output of
+    a private copy of the torch model whose observers apply the Circle model's qparams there:
+    the smallest change that makes torch quantize what Circle quantizes. None when nothing was
+    replaced, or when the replacement cannot be attributed (said in a note)."""
+    audit = pipeline.circle.audit
+    if not audit.overwritten:
+        return None
+    name = pipeline.export_sample_name
+    twin, why = aligned_to_circle(pipeline.export_adapter("quant", name), audit.applied, audit.overwritten)
+    if twin is None:
+        result.notes.append("torch could not be aligned to the Circle model's qparams, so the gap is gated as "
+                            "exported: " + "; ".join(why))
+        return None
+    with torch.no_grad():
+        leaves, _ = torch.utils._pytree.tree_flatten(twin(*pipeline.case.export.args(pipeline.sample(name))))
+    return [leaf.detach() for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def _steps(result: CheckResult, pipeline, mode: str, label: str, torch_outs: list, max_steps, mean_steps,
+           extra_limits: tuple | None = None, tag_prefix: str = "", gated: bool = True) -> None:
+    """Every Circle output against the torch output it corresponds to, each in steps of its own
+    serialized output scale. Output 0 keeps the plain metric names; further outputs (e.g. the
+    K/V a decoder layer also returns) are suffixed with their index."""
     circle_outs = pipeline.circle_outputs(mode)
     all_scales = pipeline.circle.output_scales
     for index, (torch_out, circle_out) in enumerate(zip(torch_outs, circle_outs)):
-        tag = "" if index == 0 else f"_out{index}"
+        tag = tag_prefix + ("" if index == 0 else f"_out{index}")
         where = f"Circle {label}" + ("" if len(torch_outs) == 1 else f" output {index}")
         problem = nonfinite_summary(circle_out)
         if problem:
@@ -55,14 +76,53 @@ def _steps(result: CheckResult, pipeline, mode: str, label: str, max_steps, mean
                 limit_mean = extra_limits[1] if extra_limits[1] is not None else mean_steps
             if limit_max is not None:
                 limit_max = max(limit_max, ROUNDING_FLIP_STEPS) + STEP_SLACK
-            result.gate(f"{where} max |diff| in steps", metrics[f"{mode}{tag}_max_steps"], limit_max)
-            if limit_mean is not None or mode == "fake_quantize":
-                result.gate(f"{where} mean |diff| in steps", metrics[f"{mode}{tag}_mean_steps"],
-                            None if limit_mean is None else limit_mean + STEP_SLACK)
-        else:
+            if gated:
+                result.gate(f"{where} max |diff| in steps", metrics[f"{mode}{tag}_max_steps"], limit_max)
+                if limit_mean is not None or mode == "fake_quantize":
+                    result.gate(f"{where} mean |diff| in steps", metrics[f"{mode}{tag}_mean_steps"],
+                                None if limit_mean is None else limit_mean + STEP_SLACK)
+        elif gated:
             result.fail(f"{where}: output tensor has no per-tensor scale ({len(scales)} scales), cannot express in steps")
         result.metrics.update(metrics)
     result.metrics["circle_outputs"] = len(circle_outs)
+
+
+def _worst_steps(metrics: dict, first: str, further_prefix: str) -> float:
+    """The largest max-steps over every output (output 0 is ``first``, the others start with
+    ``further_prefix`` and end with ``_max_steps``)."""
+    values = [v for k, v in metrics.items() if k == first or (k.startswith(further_prefix) and k.endswith("_max_steps"))]
+    return max(values, default=0.0)
+
+
+def _replay(result: CheckResult, pipeline, mode: str, label: str, aligned: list | None, max_steps, mean_steps,
+            extra_limits: tuple | None = None) -> None:
+    """Gate the Circle output against torch aligned to Circle's qparams when tico replaced some
+    (the gap to torch as exported is then recorded as ``*_as_exported_*`` metrics, its cause
+    named by qparam_consistency), else against torch as exported."""
+    exported = pipeline.export_output_leaves("quant", pipeline.export_sample_name)
+    if aligned is None:
+        _steps(result, pipeline, mode, label, exported, max_steps, mean_steps, extra_limits)
+        return
+    probe = CheckResult()
+    _steps(probe, pipeline, mode, label, exported, max_steps, mean_steps, extra_limits, gated=False)
+    _steps(probe, pipeline, mode, label, aligned, max_steps, mean_steps, extra_limits, "_aligned", gated=False)
+    as_exported = _worst_steps(probe.metrics, f"{mode}_max_steps", f"{mode}_out")
+    as_aligned = _worst_steps(probe.metrics, f"{mode}_aligned_max_steps", f"{mode}_aligned_out")
+    if as_aligned > as_exported:
+        # Aligning made it worse: the replaced qparams do not explain this gap; gate as exported.
+        result.notes.append(f"{label}: torch aligned to the Circle model's qparams differs by up to "
+                            f"{as_aligned:.3g} steps, torch as exported by {as_exported:.3g}: the replaced "
+                            f"qparams do not explain the gap, so it is gated as exported")
+        _steps(result, pipeline, mode, label, exported, max_steps, mean_steps, extra_limits)
+        return
+    _steps(result, pipeline, mode, label, exported, max_steps, mean_steps, extra_limits, "_as_exported", gated=False)
+    _steps(result, pipeline, mode, label, aligned, max_steps, mean_steps, extra_limits)
+    if mode == "fake_quantize":
+        result.metrics["aligned_tensors"] = len(pipeline.circle.audit.overwritten)
+        result.notes.append(
+            f"gated against torch with the Circle model's qparams at {len(pipeline.circle.audit.overwritten)} "
+            f"overwritten tensor(s) (qparam_consistency names them); against torch as exported: max "
+            f"{result.metrics.get('fake_quantize_as_exported_max_steps', float('nan')):.3g} steps")
 
 
 def run(pipeline) -> CheckResult:
@@ -74,8 +134,9 @@ def run(pipeline) -> CheckResult:
     result.evidence["circle_cache"] = artifact.cache_status
     result.evidence["export_cache"] = pipeline.export_record.status
     result.notes += artifact.notes
-    _steps(result, pipeline, "fake_quantize", "FAKE_QUANTIZE", th.circle_max_steps, th.circle_mean_steps,
-           (th.circle_extra_max_steps, th.circle_extra_mean_steps))
+    aligned = _aligned_torch_outputs(pipeline, result)
+    _replay(result, pipeline, "fake_quantize", "FAKE_QUANTIZE", aligned, th.circle_max_steps, th.circle_mean_steps,
+            (th.circle_extra_max_steps, th.circle_extra_mean_steps))
     try:
         pipeline.circle_outputs("native")
     except Exception as exc:  # noqa: BLE001 - sorted below: by-design refusal vs failure
@@ -92,7 +153,7 @@ def run(pipeline) -> CheckResult:
         result.metrics["native_supported"] = True
         # Without a NATIVE limit of its own, NATIVE is held to the FAKE_QUANTIZE limits.
         native_max = th.circle_native_max_steps if th.circle_native_max_steps is not None else th.circle_max_steps
-        _steps(result, pipeline, "native", "NATIVE", native_max, th.circle_mean_steps)
+        _replay(result, pipeline, "native", "NATIVE", aligned, native_max, th.circle_mean_steps)
     return result
 
 

@@ -1,0 +1,26 @@
+"""Every tensor of the Circle model holds the qparams torch's fake-quant applied to it: no value
+is fake-quantized in torch with qparams that tico's passes later replace (one tensor, two
+qparams), so the torch QUANT output is what the Circle model computes."""
+
+from harness.checks.base import Check, CheckResult, requires_capability
+from harness.qparam_consistency import describe
+
+
+def run(pipeline) -> CheckResult:
+    result = CheckResult()
+    audit = pipeline.circle.audit
+    result.metrics["applied_fake_quants"] = len(audit.applied)
+    result.metrics["overwritten_qparams"] = len(audit.overwritten)
+    if not audit.applied:
+        result.fail("no per-tensor fake-quant reached tico's FoldQuantOps: nothing to compare (was the graph "
+                    "exported in QUANT mode?)")
+    result.evidence["overwritten"] = audit.overwritten
+    if audit.attribution_refused:
+        result.notes.append(f"observers not identified: {audit.attribution_refused}")
+    for record in audit.overwritten:
+        result.fail(describe(record))
+    return result
+
+
+CHECK = Check(name="qparam_consistency", run=run, applies=requires_capability("export"),
+              description=__doc__.splitlines()[0])

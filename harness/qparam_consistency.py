@@ -1,0 +1,270 @@
+"""Does every tensor in the Circle model carry the qparams torch's fake-quant applied to it?
+
+tico's FoldQuantOps turns each torch fake-quant (a quantize/dequantize pair) into qparams on
+the tensor that produced the value, or keeps a Quantize op where a value is re-quantized.
+Later passes may overwrite those qparams (e.g. tico 0.3.0 gives CONCATENATION's inputs the
+output's qparams and SPLIT's outputs the input's), so a tensor that torch quantizes with one
+scale is quantized with another in Circle: torch then fake-quantizes one value twice with
+two sets of qparams where Circle can hold one. The torch QUANT output is no longer what the
+Circle model computes, whatever the runtime's arithmetic.
+
+``recording_folds`` records, right before FoldQuantOps runs, the qparams each fake-quant
+applies and the tensor that will carry them; ``overwritten_qparams`` compares them with the
+qparams that tensor holds when conversion is done."""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+
+# A fake-quant's qparams are exact numbers (a float32 scale, an integer zero point), copied
+# from the graph; any difference is a different quantization, so the comparison is exact up
+# to float64 printing of a float32.
+SCALE_REL_EQUAL = 1e-7
+
+
+def _wrapper_line(stack_trace: str | None) -> str:
+    """The innermost frame outside tico's observers: the wrapper line that quantized the value."""
+    frames = [line.strip() for line in (stack_trace or "").splitlines() if line.strip().startswith("File ")]
+    for frame in reversed(frames):
+        if "/wrapq/observers/" not in frame:
+            path, _, rest = frame.partition(", line ")
+            path = path.removeprefix("File ").strip('"')
+            short = path.split("/site-packages/")[-1]
+            return f"{short}:{rest.split(',')[0]}"
+    return "no stack trace"
+
+
+def _module_path(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    return list(stack.values())[-1][0] if stack else ""
+
+
+def _traced_index(q: torch.fx.Node) -> int | None:
+    """Which fake-quant of the torch.export graph this quantize op came from. tico decomposes
+    the n-th fake-quant into nodes named quantize_per_tensor_default[_n]; fx keeps that
+    origin in ``meta["from_node"]`` through later passes (torch >= 2.6). None when absent."""
+    source = None
+    origin = q.meta.get("from_node")
+    while origin:
+        source = origin[-1] if isinstance(origin, (list, tuple)) else origin
+        origin = getattr(source, "from_node", None)
+    name = getattr(source, "name", None) or ""
+    match = re.fullmatch(r"quantize_per_tensor_default(?:_(\d+))?", name)
+    return (int(match.group(1)) if match.group(1) else 0) if match else None
+
+
+def applied_qparams(graph: torch.fx.Graph) -> list[dict[str, Any]]:
+    """One record per per-tensor fake-quant of the graph FoldQuantOps is about to fold: the
+    node that will carry its qparams ('carrier'), the qparams, the wrapper line and module.
+    A fake-quant of a value that was just fake-quantized with other qparams is a
+    re-quantization, which FoldQuantOps keeps as a Quantize op: its carrier is that op."""
+    q_target = torch.ops.quantized_decomposed.quantize_per_tensor.default
+    dq_target = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+    records = []
+    ordinal = -1
+    for q in graph.nodes:
+        if q.op != "call_function" or q.target != q_target or not isinstance(q.args[0], torch.fx.Node):
+            continue
+        if not any(user.target == dq_target for user in q.users):
+            continue
+        ordinal += 1
+        scale, zero_point, qmin, qmax = (float(q.args[1]), int(q.args[2]), int(q.args[3]), int(q.args[4]))
+        producer = q.args[0]
+        carrier = producer.name
+        if producer.op == "call_function" and producer.target == dq_target:
+            if float(producer.args[1]) == scale and int(producer.args[2]) == zero_point:
+                continue  # the same qparams twice: FoldQuantOps drops it, nothing to keep
+            carrier = q.name
+        records.append({"ordinal": ordinal, "traced_index": _traced_index(q), "tensor": carrier, "scale": scale, "zero_point": zero_point, "qmin": qmin, "qmax": qmax,
+                        "module": _module_path(q),
+                        "line": _wrapper_line(producer.meta.get("stack_trace") or q.meta.get("stack_trace"))})
+    return records
+
+
+# tico 0.3.0 passes after FoldQuantOps that copy qparams from one tensor to another.
+_PROPAGATING_PASSES = (
+    ("tico.quantization.passes.propagate_qparam_forward", "PropagateQParamForward"),
+    ("tico.quantization.passes.propagate_qparam_backward", "PropagateQParamBackward"),
+)
+
+
+@contextmanager
+def recording_folds() -> Iterator[list[dict[str, Any]]]:
+    """Record ``applied_qparams`` of every graph tico's FoldQuantOps folds while active, and
+    name the qparam-propagating pass after which a record's tensor first holds other qparams
+    (``record["overwritten_by"]``)."""
+    import importlib
+
+    from tico.quantization.passes.fold_quant_ops import FoldQuantOps
+    from tico.serialize.quant_param import QPARAM_KEY
+
+    recorded: list[dict[str, Any]] = []
+    originals = [(FoldQuantOps, FoldQuantOps.call)]
+
+    def fold(self: Any, exported_program: Any) -> Any:
+        recorded.extend(applied_qparams(exported_program.graph_module.graph))
+        return originals[0][1](self, exported_program)
+
+    def after(original: Any, pass_name: str) -> Any:
+        def call(self: Any, exported_program: Any) -> Any:
+            outcome = original(self, exported_program)
+            nodes = {node.name: node for node in exported_program.graph_module.graph.nodes}
+            for record in recorded:
+                node = nodes.get(record["tensor"])
+                if "overwritten_by" not in record and node is not None and QPARAM_KEY in node.meta \
+                        and not _same(record["scale"], record["zero_point"], node.meta[QPARAM_KEY]):
+                    record["overwritten_by"] = pass_name
+            return outcome
+        return call
+
+    FoldQuantOps.call = fold
+    for module_name, class_name in _PROPAGATING_PASSES:
+        cls = getattr(importlib.import_module(module_name), class_name)
+        originals.append((cls, cls.call))
+        cls.call = after(cls.call, class_name)
+    try:
+        yield recorded
+    finally:
+        for cls, original in originals:
+            cls.call = original
+
+
+def _same(scale: float, zero_point: int, qparam: Any) -> bool:
+    if qparam is None or qparam.scale is None or len(qparam.scale) != 1:
+        return False
+    held = float(qparam.scale[0])
+    return math.isclose(held, scale, rel_tol=SCALE_REL_EQUAL) and int(qparam.zero_point[0]) == zero_point
+
+
+def overwritten_qparams(applied: list[dict[str, Any]], program: Any) -> list[dict[str, Any]]:
+    """The applied fake-quants whose tensor does not hold their qparams in the final graph,
+    each with what it holds instead ('circle_scale'/'circle_zero_point', None when the tensor
+    or its qparams are gone)."""
+    from tico.serialize.quant_param import QPARAM_KEY
+
+    nodes = {node.name: node for node in program.graph_module.graph.nodes}
+    found = []
+    for record in applied:
+        node = nodes.get(record["tensor"])
+        qparam = node.meta.get(QPARAM_KEY) if node is not None else None
+        if _same(record["scale"], record["zero_point"], qparam):
+            continue
+        held = qparam is not None and qparam.scale is not None and len(qparam.scale) == 1
+        found.append(dict(record, circle_scale=float(qparam.scale[0]) if held else None,
+                          circle_zero_point=int(qparam.zero_point[0]) if held else None))
+    return found
+
+
+def describe(record: dict[str, Any]) -> str:
+    """One line naming the tensor, where torch quantizes it, and the two sets of qparams."""
+    torch_side = f"scale {record['scale']:.6g} zp {record['zero_point']}"
+    if record["circle_scale"] is None:
+        circle_side = "no qparams (the fake-quant was dropped)"
+    else:
+        circle_side = f"scale {record['circle_scale']:.6g} zp {record['circle_zero_point']}"
+    observer = record.get("observer") or "observer not identified"
+    by = record.get("overwritten_by") or "a later conversion step"
+    return (f"tensor {record['tensor']} ({record['line']}, {observer}): torch fake-quantizes it with {torch_side}, "
+            f"the Circle model holds {circle_side} (replaced by {by})")
+
+
+def _live_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """Nodes the graph output depends on."""
+    live: set[torch.fx.Node] = set()
+    stack = [node for node in graph.nodes if node.op == "output"]
+    while stack:
+        node = stack.pop()
+        if node in live:
+            continue
+        live.add(node)
+        stack.extend(node.all_input_nodes)
+    return live
+
+
+def observer_fake_quants(program: Any) -> list[tuple[str | None, float, int]]:
+    """(observer path, scale, zero point) of every live per-tensor fake-quant of the program
+    torch.export produced, in graph order (the order tico's decomposition numbers them in): tico's observers pass their ``_cached_scale`` buffer, whose
+    name is the observer's path. Read before tico decomposes the graph (the buffers become
+    numbers then)."""
+    signature = program.graph_signature
+    names = {**signature.inputs_to_buffers, **signature.inputs_to_lifted_tensor_constants}
+    values = {**dict(program.named_buffers()), **program.constants}
+    live = _live_nodes(program.graph_module.graph)
+    found = []
+    for node in program.graph_module.graph.nodes:
+        if node.op != "call_function" or "fake_quantize_per_tensor_affine" not in str(node.target):
+            continue
+        if node not in live:
+            continue  # dead code (e.g. attention weights the export does not return): tico drops it first
+        scale, zero_point = node.args[1], node.args[2]
+        while isinstance(scale, torch.fx.Node) and scale.op == "call_function":
+            scale = scale.args[0]
+        while isinstance(zero_point, torch.fx.Node) and zero_point.op == "call_function":
+            zero_point = zero_point.args[0]
+        fqn = names.get(scale.name) if isinstance(scale, torch.fx.Node) else None
+        zp_fqn = names.get(zero_point.name) if isinstance(zero_point, torch.fx.Node) else None
+        if fqn in values and zp_fqn in values:
+            found.append((fqn.removesuffix("._cached_scale"), float(values[fqn].reshape(-1)[0]),
+                          int(values[zp_fqn].reshape(-1)[0])))
+        else:
+            found.append((None, float(scale) if isinstance(scale, float) else float("nan"),
+                          int(zero_point) if isinstance(zero_point, int) else 0))
+    return found
+
+
+def attribute_observers(applied: list[dict[str, Any]], observers: list[tuple[str | None, float, int]]) -> str | None:
+    """Name each applied record's observer (``record["observer"]``) from the fake-quant it was
+    traced from, checked by its qparams. Returns why attribution was refused (then no record
+    names an observer), else None."""
+    for record in applied:
+        index = record["traced_index"]
+        if index is None or index >= len(observers):
+            return f"quantize on tensor {record['tensor']} has no traceable origin among {len(observers)} fake-quants"
+        path, scale, zero_point = observers[index]
+        if not (math.isclose(scale, record["scale"], rel_tol=SCALE_REL_EQUAL) and zero_point == record["zero_point"]):
+            return (f"quantize on tensor {record['tensor']} (scale {record['scale']:.6g} zp {record['zero_point']}) "
+                    f"does not match fake-quant #{index} torch.export traced (scale {scale:.6g} zp {zero_point})")
+    for record in applied:
+        record["observer"] = observers[record["traced_index"]][0]
+    return None
+
+
+def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], overwritten: list[dict[str, Any]]
+                      ) -> tuple[torch.nn.Module | None, list[str]]:
+    """A private copy of ``root`` whose observers apply the qparams the Circle model holds for
+    each overwritten tensor (a dropped fake-quant is switched off): the smallest change that
+    makes torch quantize what Circle quantizes. None, with the reasons, when an overwritten
+    tensor's observer is unknown, or an observer also quantizes a tensor Circle holds as torch
+    does (changing it would change that tensor too), or would need two replacements."""
+    why = [f"tensor {record['tensor']}: its observer is not known" for record in overwritten
+           if not record.get("observer")]
+    changed = {(record["ordinal"]) for record in overwritten}
+    wanted: dict[str, tuple] = {}
+    for record in overwritten:
+        if not record.get("observer"):
+            continue
+        target = (record["circle_scale"], record["circle_zero_point"])
+        if wanted.setdefault(record["observer"], target) != target:
+            why.append(f"observer {record['observer']} would need two replacements ({wanted[record['observer']]} "
+                       f"and {target})")
+    for record in applied:
+        if record["ordinal"] not in changed and record.get("observer") in wanted:
+            why.append(f"observer {record['observer']} also quantizes tensor {record['tensor']}, which the Circle "
+                       f"model holds with the same qparams")
+    if why:
+        return None, why
+    twin = copy.deepcopy(root)
+    for path, (scale, zero_point) in wanted.items():
+        observer = twin.get_submodule(path)
+        if scale is None:
+            observer.fake_quant_enabled = False
+            continue
+        observer._cached_scale = torch.full_like(observer._cached_scale, scale)
+        observer._cached_zp = torch.full_like(observer._cached_zp, zero_point)
+    return twin, []
