@@ -266,7 +266,7 @@ VISION_ENCODER = Case(
     rotary=RotaryCapability(tables=_ENCODER_SITE.rotary),
     mask=MaskCapability(probes=_ENCODER_SITE.masks),
     ungated_samples={"padded": _PADDING_HAZARD},
-    expected_failures={"mask_quant": _PADDING_HAZARD_PROBLEMS},
+    expected_failures={"mask_quant": _PADDING_HAZARD_PROBLEMS, "qparam_consistency": replaced_qparams()},
 )
 
 VISION_ENCODER_PADDED_CALIB = dataclasses.replace(
@@ -278,7 +278,7 @@ VISION_ENCODER_PADDED_CALIB = dataclasses.replace(
     # Measured: default mean 0.090 / PEIR 0.063; padded mean 0.136.
     thresholds=dataclasses.replace(VISION_ENCODER.thresholds, max_mean_abs_diff=0.15),
     ungated_samples={},
-    expected_failures={},
+    expected_failures={"qparam_consistency": replaced_qparams()},
 )
 
 # -- vision attention and encoder layer: HF RoPE for real pixel positions, additive masks ----
@@ -531,8 +531,6 @@ CASES = [VISION_ENCODER, VISION_ENCODER_PADDED_CALIB, *VISION_PARTS, VISION_MODE
 # One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
 CASES = with_expected(CASES, {
     "gemma4_vision_attention": {"qparam_consistency": replaced_qparams()},
-    "gemma4_vision_encoder": {"qparam_consistency": replaced_qparams()},
     "gemma4_vision_encoder_layer": {"qparam_consistency": replaced_qparams()},
-    "gemma4_vision_encoder_padded_calib": {"qparam_consistency": replaced_qparams()},
     "gemma4_vision_model": {"qparam_consistency": replaced_qparams()},
 })

@@ -128,7 +128,7 @@ def _harness_source_hash() -> str:
     """The harness code that produces what is cached (conversion call and audit walker)."""
     here = Path(__file__).parent
     h = hashlib.sha256()
-    for name in ("circle_cache.py", "entry_store.py", "export.py", "qparam_audit.py"):
+    for name in ("circle_cache.py", "entry_store.py", "export.py", "qparam_audit.py", "qparam_consistency.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()
 
