@@ -33,13 +33,14 @@ def vision_and_mask_copies() -> Expected:
 
 # -- qparam_consistency: torch fake-quantizes a value with qparams tico's passes later replace ---
 _REPLACED = r"\): torch fake-quantizes it with scale \S+ zp -?\d+, the Circle model holds scale \S+ zp -?\d+ "
+_KEPT = r"a data-movement op, it keeps the quantization of \S+"
 _FORWARD = ("tico 0.3.0's PropagateQParamForward gives SPLIT outputs (getitem of split_with_sizes), SLICE and NEG "
             "their input's qparams whenever the dtypes agree, replacing qparams already folded there "
             "(quantization/passes/propagate_qparam_forward.py:108-142)")
 _BACKWARD = ("PropagateQParamBackward gives CONCATENATION's inputs the output's qparams "
              "(quantization/passes/propagate_qparam_backward.py:73-81)")
 
-ROTATE_HALF_PATTERN = r"\.obs_[qk]_(x1|x2|neg)" + _REPLACED + r"\(replaced by PropagateQParam(Forward|Backward)\)$"
+ROTATE_HALF_PATTERN = r"\.obs_[qk]_(x1|x2|neg)" + _REPLACED + r"\((replaced by PropagateQParam(Forward|Backward)|" + _KEPT + r")\)$"
 ROTATE_HALF_REASON = (
     "rotate-half fake-quantizes the two halves of q/k with their own observers after torch.chunk "
     "(obs_q_x1/x2, obs_k_x1/x2; e.g. llama/quant_attention.py:246-248, qwen_vl/quant_text_attention.py:192) "
@@ -47,14 +48,14 @@ ROTATE_HALF_REASON = (
     "other qparams in Circle than in torch, so one tensor is quantized with two sets of qparams"
 )
 KV_PRESENT_PATTERN = (r"\.(obs_new_[kv]|obs_k_rot|(v_proj|v_norm)\.wrapped\.obs_act_out)" + _REPLACED
-                      + r"\(replaced by PropagateQParamBackward\)$")
+                      + r"\((replaced by PropagateQParamBackward|" + _KEPT + r")\)$")
 KV_PRESENT_REASON = (
     "in decode, the new K/V are fake-quantized with their own observers (obs_k_rot / obs_new_k, the v "
     "projection's or v_norm's output observer / obs_new_v; llama/quant_attention.py:277 and 918) and then "
     "concatenated with the past K/V into the present K/V, quantized with the present observers; "
     + _BACKWARD + ", so in Circle the new K/V carry the present K/V's qparams"
 )
-CONV3D_SLICES_PATTERN = r"\.input_slice_k\d+" + _REPLACED + r"\(replaced by PropagateQParamForward\)$"
+CONV3D_SLICES_PATTERN = r"\.input_slice_k\d+" + _REPLACED + r"\((replaced by PropagateQParamForward|" + _KEPT + r")\)$"
 CONV3D_SLICES_REASON = (
     "QuantConv3dDecomposed fake-quantizes each temporal input slice with its own observer "
     "(_input_slice_obs[k], nn/quant_conv3d_decomposed.py:249); " + _FORWARD + ", so each SLICE holds the "

@@ -435,11 +435,11 @@ CASES.append(
         reference_call=_hf_layer_decode,
         # Measured on tico 0.3.0 vs HF: default mean 0.0245 / max 0.0546 / PEIR 0.0166; full_cache
         # mean 0.0628 / max 0.654 / PEIR 0.136. Circle replay max 1.0 / mean 0.375 steps; the new K / V
-        # the adapter returns for the cache differ far more: max 26.6 / 25.2, mean 6.3 / 3.7 of their
-        # steps (a systematic Circle-vs-torch gap on the cache outputs, held from growing).
+        # the adapter returns differ from torch as exported by max 26.6 / 25.2 steps, all of it the
+        # qparams tico replaces on the new K/V and the rotate-half halves (qparam_consistency):
+        # against torch aligned to them max 0 / 0 steps.
         thresholds=Thresholds(max_mean_abs_diff=0.085, max_abs_diff=0.85, max_peir=0.18,
-                              circle_max_steps=1.5, circle_mean_steps=0.5,
-                              circle_extra_max_steps=32.0, circle_extra_mean_steps=7.5),
+                              circle_max_steps=1.5, circle_mean_steps=0.5),
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("decode", return_kv=True),
             args=lambda s: (s.args[0], s.kwargs["attention_mask"], s.kwargs["position_embeddings"],

@@ -142,22 +142,75 @@ def _same(scale: float, zero_point: int, qparam: Any) -> bool:
     return math.isclose(held, scale, rel_tol=SCALE_REL_EQUAL) and int(qparam.zero_point[0]) == zero_point
 
 
+# aten ops that become Circle data-movement operators (RESHAPE, TRANSPOSE, SQUEEZE, EXPAND_DIMS,
+# BROADCAST_TO, SLICE/STRIDED_SLICE, GATHER-free SELECT, CONCATENATION, SPLIT): neither integer
+# backends nor tico's reference runtime requantize their output (circle/runtime/executor.py:350,
+# kernels/__init__.py VALUE_PRESERVING_BUILTIN_NAMES), so the value they produce carries the
+# quantization of their input whatever qparams the output tensor holds.
+_VALUE_PRESERVING = frozenset({
+    "aten.reshape.default", "aten.view.default", "aten.permute.default", "aten.transpose.int",
+    "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default", "aten.unsqueeze.default",
+    "aten.expand.default", "aten.slice.Tensor", "aten.select.int", "aten.cat.default", "aten.clone.default",
+})
+
+
+def _target(node: torch.fx.Node) -> str:
+    target = node.target
+    return str(target) if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", str(target))
+
+
+def _value_inputs(node: torch.fx.Node) -> list[torch.fx.Node] | None:
+    """The tensors a data-movement node's value comes from, or None for any other node."""
+    if node.op != "call_function":
+        return None
+    target = _target(node)
+    if target == "getitem" and isinstance(node.args[0], torch.fx.Node) \
+            and _target(node.args[0]) == "aten.split_with_sizes.default":
+        return [node.args[0].args[0]]
+    if target == "aten.cat.default":
+        return [arg for arg in node.args[0] if isinstance(arg, torch.fx.Node)]
+    if target in _VALUE_PRESERVING and isinstance(node.args[0], torch.fx.Node):
+        return [node.args[0]]
+    return None
+
+
+def _carried(node: torch.fx.Node, qparam_key: str, depth: int = 0) -> tuple[Any, torch.fx.Node] | None:
+    """(qparams, node that applied them) of the value ``node`` produces in Circle: its own for
+    an operator that requantizes, its input's for a data-movement one. None when the inputs of
+    a concatenation carry different qparams (no single answer)."""
+    sources = _value_inputs(node) if depth < 64 else None
+    if not sources:
+        return node.meta.get(qparam_key), node
+    carried = [_carried(source, qparam_key, depth + 1) for source in sources]
+    if any(c is None or c[0] is None for c in carried):
+        return None
+    first = carried[0]
+    if any(not _same(float(first[0].scale[0]), int(first[0].zero_point[0]), c[0]) for c in carried[1:]
+           if first[0].scale is not None and len(first[0].scale) == 1):
+        return None
+    return first
+
+
 def overwritten_qparams(applied: list[dict[str, Any]], program: Any) -> list[dict[str, Any]]:
-    """The applied fake-quants whose tensor does not hold their qparams in the final graph,
-    each with what it holds instead ('circle_scale'/'circle_zero_point', None when the tensor
-    or its qparams are gone)."""
+    """The applied fake-quants whose value the Circle model quantizes otherwise, each with the
+    qparams it carries there ('circle_scale'/'circle_zero_point', None when the tensor or its
+    qparams are gone) and, for a data-movement op, the node whose quantization it keeps
+    ('circle_source')."""
     from tico.serialize.quant_param import QPARAM_KEY
 
     nodes = {node.name: node for node in program.graph_module.graph.nodes}
     found = []
     for record in applied:
         node = nodes.get(record["tensor"])
-        qparam = node.meta.get(QPARAM_KEY) if node is not None else None
+        carried = _carried(node, QPARAM_KEY) if node is not None else None
+        qparam, source = carried if carried is not None else (node.meta.get(QPARAM_KEY) if node is not None else None,
+                                                              node)
         if _same(record["scale"], record["zero_point"], qparam):
             continue
         held = qparam is not None and qparam.scale is not None and len(qparam.scale) == 1
         found.append(dict(record, circle_scale=float(qparam.scale[0]) if held else None,
-                          circle_zero_point=int(qparam.zero_point[0]) if held else None))
+                          circle_zero_point=int(qparam.zero_point[0]) if held else None,
+                          circle_source=source.name if source is not None and source is not node else None))
     return found
 
 
@@ -169,9 +222,12 @@ def describe(record: dict[str, Any]) -> str:
     else:
         circle_side = f"scale {record['circle_scale']:.6g} zp {record['circle_zero_point']}"
     observer = record.get("observer") or "observer not identified"
-    by = record.get("overwritten_by") or "a later conversion step"
+    if record.get("circle_source"):
+        why = f"a data-movement op, it keeps the quantization of {record['circle_source']}"
+    else:
+        why = f"replaced by {record.get('overwritten_by') or 'a later conversion step'}"
     return (f"tensor {record['tensor']} ({record['line']}, {observer}): torch fake-quantizes it with {torch_side}, "
-            f"the Circle model holds {circle_side} (replaced by {by})")
+            f"the Circle model holds {circle_side} ({why})")
 
 
 def _live_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
