@@ -40,12 +40,17 @@ _FORWARD = ("tico 0.3.0's PropagateQParamForward gives SPLIT outputs (getitem of
 _BACKWARD = ("PropagateQParamBackward gives CONCATENATION's inputs the output's qparams "
              "(quantization/passes/propagate_qparam_backward.py:73-81)")
 
-ROTATE_HALF_PATTERN = r"\.obs_[qk]_(x1|x2|neg)" + _REPLACED + r"\((replaced by PropagateQParam(Forward|Backward)|" + _KEPT + r")\)$"
+ROTATE_HALF_PATTERN = (r"\.obs_[qk]_(x1|x2|neg)" + _REPLACED + r"\((replaced by PropagateQParam(Forward|Backward)|"
+                       + _KEPT + r")\)$")
+# The concatenation [-x2, x1] itself: its inputs keep different quantizations in Circle.
+ROTATE_HALF_CAT_PATTERN = (r"\.obs_[qk]_cat\): torch fake-quantizes it with scale \S+ zp -?\d+, the Circle model holds "
+                           r"its inputs' quantizations unchanged, and they differ \(a concatenation does not requantize\)$")
 ROTATE_HALF_REASON = (
     "rotate-half fake-quantizes the two halves of q/k with their own observers after torch.chunk "
     "(obs_q_x1/x2, obs_k_x1/x2; e.g. llama/quant_attention.py:246-248, qwen_vl/quant_text_attention.py:192) "
-    "and -x2 with obs_*_neg before concatenating; " + _FORWARD + ", and " + _BACKWARD + ": the halves hold "
-    "other qparams in Circle than in torch, so one tensor is quantized with two sets of qparams"
+    "and -x2 with obs_*_neg before concatenating (obs_*_cat); " + _FORWARD + ", and " + _BACKWARD + "; and "
+    "SPLIT and CONCATENATION never requantize, so the halves keep the quantization of the tensor they were "
+    "split from and the concatenation holds a mix: one value is quantized with two sets of qparams"
 )
 KV_PRESENT_PATTERN = (r"\.(obs_new_[kv]|obs_k_rot|(v_proj|v_norm)\.wrapped\.obs_act_out)" + _REPLACED
                       + r"\((replaced by PropagateQParamBackward|" + _KEPT + r")\)$")
@@ -65,7 +70,8 @@ CONV3D_SLICES_REASON = (
 
 def replaced_qparams(rotate_half: bool = True, kv_present: bool = False, conv3d_slices: bool = False) -> Expected:
     """The qparam_consistency expectation for the replacements a case's wrappers diagnose."""
-    parts = [(rotate_half, ROTATE_HALF_REASON, ROTATE_HALF_PATTERN), (kv_present, KV_PRESENT_REASON, KV_PRESENT_PATTERN),
+    rotate = f"({ROTATE_HALF_PATTERN})|({ROTATE_HALF_CAT_PATTERN})"
+    parts = [(rotate_half, ROTATE_HALF_REASON, rotate), (kv_present, KV_PRESENT_REASON, KV_PRESENT_PATTERN),
              (conv3d_slices, CONV3D_SLICES_REASON, CONV3D_SLICES_PATTERN)]
     chosen = [(reason, pattern) for wanted, reason, pattern in parts if wanted]
     return Expected("; ".join(reason for reason, _ in chosen), problems=tuple(pattern for _, pattern in chosen))

@@ -229,10 +229,12 @@ CASES = [
         ptq_config=_reference_eval_config,
         expected_wrapper="QuantLlamaAttention",
         reference_call=_hf_with_4d_mask,
-        # Circle replay vs torch QUANT: max 3 output steps on tico 0.3.0; the K the adapter also
-        # returns differs by max 19 / mean 0.21 of its steps (V exact): measured, held from growing.
-        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.2, circle_max_steps=3.5, circle_mean_steps=0.5,
-                              circle_extra_max_steps=23.0, circle_extra_mean_steps=0.3),
+        # Circle replay vs torch QUANT as exported: max 3 output steps on tico 0.3.0; the K the adapter
+        # also returns differs by max 19 / mean 0.21 of its steps (V exact). Aligned to the quantization
+        # Circle holds (qparam_consistency): output 3 / 0.08, K 5 / 0.09 -- a residual not yet diagnosed,
+        # held at 1.5x.
+        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.2, circle_max_steps=4.5, circle_mean_steps=0.15,
+                              circle_extra_max_steps=7.5, circle_extra_mean_steps=0.15),
         # The prefill adapter supports any length up to the static window, so a shorter
         # input is not a contradiction: no contradicting_args probe.
         export=ExportCapability(
@@ -253,10 +255,12 @@ CASES = [
         ptq_config=_reference_eval_config,
         expected_wrapper="QuantLlamaAttention",
         reference_call=_hf_decode,
-        # Measured on tico 0.3.0: mean 0.102 / PEIR 0.29 vs HF; Circle replay max 5 / mean 1.44 steps,
-        # and on the returned new K / V max 8.9 / 17.2, mean 1.35 / 2.38 of their steps.
-        thresholds=Thresholds(max_mean_abs_diff=0.15, max_peir=0.4, circle_max_steps=5.5, circle_mean_steps=1.75,
-                              circle_extra_max_steps=21.0, circle_extra_mean_steps=3.0),
+        # Measured on tico 0.3.0: mean 0.102 / PEIR 0.29 vs HF; Circle replay as exported max 5 / mean
+        # 1.44 steps, on the returned new K / V max 8.9 / 17.2, mean 1.35 / 2.38 of their steps. Aligned
+        # to the quantization Circle holds (qparam_consistency): output 1 / 0.44, V 0 / 0, K 8.9 / 1.2 --
+        # the K residual is not yet diagnosed, held at 1.5x.
+        thresholds=Thresholds(max_mean_abs_diff=0.15, max_peir=0.4, circle_max_steps=1.5, circle_mean_steps=0.65,
+                              circle_extra_max_steps=13.5, circle_extra_mean_steps=1.8),
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("decode"),
             args=lambda s: (s.args[0], s.args[1], s.kwargs["attention_mask"], s.kwargs["past_key_value"]),

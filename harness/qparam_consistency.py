@@ -174,20 +174,24 @@ def _value_inputs(node: torch.fx.Node) -> list[torch.fx.Node] | None:
     return None
 
 
-def _carried(node: torch.fx.Node, qparam_key: str, depth: int = 0) -> tuple[Any, torch.fx.Node] | None:
+MIXED = "mixed"
+
+
+def _carried(node: torch.fx.Node, qparam_key: str, depth: int = 0) -> tuple[Any, torch.fx.Node] | str | None:
     """(qparams, node that applied them) of the value ``node`` produces in Circle: its own for
-    an operator that requantizes, its input's for a data-movement one. None when the inputs of
-    a concatenation carry different qparams (no single answer)."""
+    an operator that requantizes, its input's for a data-movement one. ``MIXED`` when the
+    inputs of a concatenation carry different quantizations; None when one carries none."""
     sources = _value_inputs(node) if depth < 64 else None
     if not sources:
         return node.meta.get(qparam_key), node
     carried = [_carried(source, qparam_key, depth + 1) for source in sources]
-    if any(c is None or c[0] is None for c in carried):
+    if any(c == MIXED for c in carried):
+        return MIXED
+    if any(c is None or c[0] is None or c[0].scale is None or len(c[0].scale) != 1 for c in carried):
         return None
     first = carried[0]
-    if any(not _same(float(first[0].scale[0]), int(first[0].zero_point[0]), c[0]) for c in carried[1:]
-           if first[0].scale is not None and len(first[0].scale) == 1):
-        return None
+    if any(not _same(float(first[0].scale[0]), int(first[0].zero_point[0]), c[0]) for c in carried[1:]):
+        return MIXED
     return first
 
 
@@ -203,6 +207,9 @@ def overwritten_qparams(applied: list[dict[str, Any]], program: Any) -> list[dic
     for record in applied:
         node = nodes.get(record["tensor"])
         carried = _carried(node, QPARAM_KEY) if node is not None else None
+        if carried == MIXED:
+            found.append(dict(record, circle_scale=None, circle_zero_point=None, circle_source=None, circle_mixed=True))
+            continue
         qparam, source = carried if carried is not None else (node.meta.get(QPARAM_KEY) if node is not None else None,
                                                               node)
         if _same(record["scale"], record["zero_point"], qparam):
@@ -217,6 +224,10 @@ def overwritten_qparams(applied: list[dict[str, Any]], program: Any) -> list[dic
 def describe(record: dict[str, Any]) -> str:
     """One line naming the tensor, where torch quantizes it, and the two sets of qparams."""
     torch_side = f"scale {record['scale']:.6g} zp {record['zero_point']}"
+    if record.get("circle_mixed"):
+        return (f"tensor {record['tensor']} ({record['line']}, {record.get('observer') or 'observer not identified'}): "
+                f"torch fake-quantizes it with {torch_side}, the Circle model holds its inputs' quantizations "
+                f"unchanged, and they differ (a concatenation does not requantize)")
     if record["circle_scale"] is None:
         circle_side = "no qparams (the fake-quant was dropped)"
     else:
@@ -294,7 +305,8 @@ def attribute_observers(applied: list[dict[str, Any]], observers: list[tuple[str
 def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], overwritten: list[dict[str, Any]]
                       ) -> tuple[torch.nn.Module | None, list[str]]:
     """A private copy of ``root`` whose observers apply the qparams the Circle model holds for
-    each overwritten tensor (a dropped fake-quant is switched off): the smallest change that
+    each overwritten tensor (a dropped fake-quant, or one on a data-movement op, which Circle
+    never requantizes, is switched off): the smallest change that
     makes torch quantize what Circle quantizes. None, with the reasons, when an overwritten
     tensor's observer is unknown, or an observer also quantizes a tensor Circle holds as torch
     does (changing it would change that tensor too), or would need two replacements."""
@@ -305,7 +317,9 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
     for record in overwritten:
         if not record.get("observer"):
             continue
-        target = (record["circle_scale"], record["circle_zero_point"])
+        # A data-movement op applies no quantization in Circle: its value is its input's.
+        keeps_input = record.get("circle_source") or record.get("circle_mixed")
+        target = (None, None) if keeps_input else (record["circle_scale"], record["circle_zero_point"])
         if wanted.setdefault(record["observer"], target) != target:
             why.append(f"observer {record['observer']} would need two replacements ({wanted[record['observer']]} "
                        f"and {target})")
