@@ -99,7 +99,7 @@ def test_circle_replay_catches_serialized_zero_point_off_by_one(monkeypatch):
     monkeypatch.setattr(circle_graph, "to_circle_qparam", off_by_one)
     result = run_check(VISION_ENCODER, "circle_replay")
     text = problems_text(result)
-    assert "Circle FAKE_QUANTIZE mean |diff| in steps" in text and "exceeds threshold 0.75" in text
+    assert "Circle FAKE_QUANTIZE mean |diff| in steps" in text and "exceeds threshold 0.1" in text
 
 
 def test_circle_replay_checks_every_output_not_only_the_first(monkeypatch):

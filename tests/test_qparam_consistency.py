@@ -57,7 +57,7 @@ def test_the_rotate_half_diagnosis_explains_the_replay_gap():
     observers set to Circle's qparams, the gap is the runtime's rounding (at most one step)."""
     consistency = run_clean_check(QWEN_ATTENTION, "qparam_consistency")
     named = {record["observer"].rsplit(".", 1)[-1] for record in consistency.evidence["overwritten"]}
-    assert named and named <= {"obs_q_x1", "obs_q_x2", "obs_q_neg", "obs_k_x1", "obs_k_x2", "obs_k_neg"}, named
+    assert named and named <= {"obs_q_x1", "obs_q_x2", "obs_q_neg", "obs_q_cat", "obs_k_x1", "obs_k_x2", "obs_k_neg", "obs_k_cat"}, named
     replay = run_clean_check(QWEN_ATTENTION, "circle_replay")
     assert replay.passed, problems_text(replay)
     assert replay.metrics["fake_quantize_as_exported_max_steps"] >= 3
