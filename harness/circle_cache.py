@@ -154,18 +154,45 @@ class CacheEntry:
     audit: AuditResult
 
 
+def conversion_code_fingerprint() -> str:
+    """The conversion code as it is in memory now: everything tico's converter and the harness's
+    conversion + audit can reach (harness.code_fingerprint). A pass, the qparam checker or an
+    audit helper patched in memory changes it. Raises ``Uncacheable`` when something reachable
+    cannot be described."""
+    from tico.utils.convert import convert_exported_module_to_circle
+
+    from harness.code_fingerprint import Unfingerprintable, reachable_fingerprint
+    from harness.export import _convert
+
+    try:
+        return reachable_fingerprint([("tico.utils.convert.convert_exported_module_to_circle",
+                                       convert_exported_module_to_circle), ("harness.export._convert", _convert)])
+    except Unfingerprintable as why:
+        raise Uncacheable(f"the conversion code cannot be fingerprinted: {why}") from why
+
+
 class CircleCache:
-    """<key>.circle (the binary) + <key>.json (audit, environment, the binary's sha256)."""
+    """<key>.circle (the binary) + <key>.json (audit, environment, the binary's sha256).
+
+    Entries are stored under the program key combined with ``conversion_code_fingerprint()``
+    taken at each lookup and store, so an entry written by other conversion code -- another
+    install or the same install patched in memory -- is never found."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
         self._store = EntryStore(self.root, ".circle", "circle cache")
 
+    @staticmethod
+    def _entry_key(key: str) -> str:
+        return hashlib.sha256(f"{key}\n{conversion_code_fingerprint()}".encode()).hexdigest()
+
     def get(self, key: str) -> tuple[CacheEntry | None, list[str]]:
-        """The entry (None on a miss) and notes on what was wrong with a damaged one."""
+        """The entry (None on a miss) and notes on what was wrong with a damaged one. Raises
+        ``Uncacheable`` when the conversion code cannot be fingerprinted."""
         return self._store.lookup(
-            key, lambda binary, meta: CacheEntry(binary=binary, audit=AuditResult(**meta["audit"])), "reconverted")
+            self._entry_key(key),
+            lambda binary, meta: CacheEntry(binary=binary, audit=AuditResult(**meta["audit"])), "reconverted")
 
     def put(self, key: str, entry: CacheEntry) -> None:
-        self._store.write(key, entry.binary, {"audit": dataclasses.asdict(entry.audit),
-                                              "environment": environment_fingerprint()})
+        self._store.write(self._entry_key(key), entry.binary, {"audit": dataclasses.asdict(entry.audit),
+                                                               "environment": environment_fingerprint()})

@@ -141,32 +141,39 @@ def convert_to_circle(program: Any, cache: CircleCache | None = None, key: str |
     ``program`` is the ExportedProgram or a callable that traces it. ``key`` is that program's
     cache key when already computed; ``reused_key`` is the key of a program the export cache
     proved equal to this one, so a hit needs no trace. A miss converts the traced program and
-    stores it under the program's own key."""
-    from tico.circle.runtime.executor import CircleReferenceRuntime
-
+    stores it under the program's own key. When the conversion code cannot be fingerprinted
+    (``CircleCache`` raises ``Uncacheable``), the cache is not used and the status says why."""
     get_program = (lambda: program) if isinstance(program, torch.export.ExportedProgram) else program
-    status, entry, notes = "off", None, []
-    if cache is not None:
+    if cache is None:
+        return _artifact(*_convert(get_program()), "off", None, [])
+    status, entry, notes = "miss", None, []
+    try:
         if key or reused_key:
             entry, notes = cache.get(key or reused_key)
             if entry is not None:
                 key = key or reused_key
         if entry is None and key is None:
-            try:
-                key = cache_key(get_program())
-            except Uncacheable as why:
-                status = f"uncacheable: {why}"
-            else:
-                if key != reused_key:
-                    entry, more = cache.get(key)
-                    notes += more
+            key = cache_key(get_program())
+            if key != reused_key:
+                entry, more = cache.get(key)
+                notes += more
+    except Uncacheable as why:
+        status, key = f"uncacheable: {why}", None
     if entry is not None:
-        binary, audit, status = entry.binary, entry.audit, "hit"
-    else:
-        binary, audit = _convert(get_program())
-        if key is not None:
+        return _artifact(entry.binary, entry.audit, "hit", key, notes)
+    binary, audit = _convert(get_program())
+    if key is not None:
+        try:
             cache.put(key, CacheEntry(binary=binary, audit=audit))
-            status = "miss"
+        except Uncacheable as why:
+            status = f"uncacheable: {why}"
+    return _artifact(binary, audit, status, key, notes)
+
+
+def _artifact(binary: bytes, audit: AuditResult, status: str, key: str | None, notes: list[str]) -> CircleArtifact:
+    """The artifact with what the export checks read from the Circle model itself."""
+    from tico.circle.runtime.executor import CircleReferenceRuntime
+
     artifact = CircleArtifact(binary=binary, audit=audit, cache_status=status, cache_key=key, notes=notes)
     runtime_program = CircleReferenceRuntime(binary).program
     for index in runtime_program.outputs:
