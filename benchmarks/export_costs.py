@@ -6,7 +6,8 @@ and tico's conversion as tico runs it vs with deferred FX code generation.
 All run in this process on the same QUANT export adapter and inputs (1 torch thread). The
 fingerprint is what a warm rerun pays instead of the trace (harness/export_reuse.py); the
 deferred conversion is what every cold conversion pays (harness/export.py), and its Circle
-bytes and audited graph are compared with tico's own conversion for every case."""
+bytes and audited graph are compared with tico's own conversion for every case. Last, the
+time of one conversion-code fingerprint, which every Circle cache lookup and store pays."""
 
 from __future__ import annotations
 
@@ -23,6 +24,20 @@ def timed_conversion(program: Any, defer_codegen: bool) -> tuple[Any, float, int
         start = time.perf_counter()
         result = _convert(program, defer_codegen=defer_codegen)
         return result, time.perf_counter() - start, codegens[0]
+
+
+def conversion_fingerprint_seconds(repeats: int = 20) -> float:
+    """Median time of one conversion-code fingerprint (harness.circle_cache), as paid per lookup."""
+    import statistics
+
+    from harness.circle_cache import conversion_code_fingerprint
+
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        conversion_code_fingerprint()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def main() -> int:
@@ -81,6 +96,8 @@ def main() -> int:
           f"{totals['as_tico']:17.1f} {totals['deferred']:18.1f}")
     if totals["as_tico"]:
         print(f"deferred / as tico: {totals['deferred'] / totals['as_tico']:.2f}")
+    print(f"conversion-code fingerprint (Circle cache key, each lookup and store): "
+          f"{conversion_fingerprint_seconds() * 1000:.1f} ms median of 20")
     if differing:
         print(f"deferred conversion differs from tico's own on: {', '.join(differing)}")
     return 1 if differing else 0
