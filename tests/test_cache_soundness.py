@@ -7,6 +7,9 @@ reach stays a hit."""
 from __future__ import annotations
 
 import operator
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from harness.checks import all_checks
 from harness.circle_cache import conversion_code_fingerprint
 from harness.pipeline import Pipeline, RunSettings
 
+REPO = Path(__file__).resolve().parents[1]
 CHECKS = {check.name: check for check in all_checks()}
 LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
 # A vision block: rotary halves come out of split_with_sizes (the qparams the pass patch drops).
@@ -143,3 +147,23 @@ def test_code_that_cannot_be_fingerprinted_refuses_the_cache(tmp_path, monkeypat
     assert passed, problems  # the verdict is computed, only without the cache
     assert status.startswith("uncacheable: the conversion code cannot be fingerprinted"), status
     assert "qparam_audit._is_float_tensor" in status
+
+
+def _audit_failures(tmp_path: Path, cache: bool, plugin: bool) -> tuple[int, set[str]]:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "2", "-k", "qparam_audit and (qwen3_vl_vision or gemma4_vision)",
+           f"--wrapq-report-dir={tmp_path / 'reports'}"]
+    cmd += [f"--circle-cache={tmp_path / 'circle'}", f"--export-cache={tmp_path / 'export'}"] if cache else \
+        ["--no-circle-cache", "--no-export-cache"]
+    if plugin:
+        cmd += ["-p", "tests.patched_pass_plugin"]
+    done = subprocess.run(cmd, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    failed = {line.split("::")[1] for line in done.stdout.splitlines() if line.startswith("FAILED ")}
+    return done.returncode, failed
+
+
+def test_a_plugin_patching_a_pass_fails_the_warm_run_as_the_cold_one(tmp_path):
+    """The issue's scenario end to end: warm caches, then a plugin patching the pass in memory."""
+    assert _audit_failures(tmp_path, cache=True, plugin=False) == (0, set())
+    warm = _audit_failures(tmp_path, cache=True, plugin=True)
+    cold = _audit_failures(tmp_path, cache=False, plugin=True)
+    assert warm == cold and warm[0] == 1 and len(warm[1]) >= 7, (warm, cold)
