@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import replaced_qparams, with_expected
 from harness import (
     Built,
@@ -536,4 +537,13 @@ CASES = with_expected(CASES, {
     "gemma4_vision_attention": {"qparam_consistency": replaced_qparams()},
     "gemma4_vision_encoder_layer": {"qparam_consistency": replaced_qparams()},
     "gemma4_vision_model": {"qparam_consistency": replaced_qparams()},
+})
+
+
+# The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
+CASES = with_profile_limits(CASES, "e2b_dims", unused_observers={
+    "gemma4_vision_model": {"obs_minus_bias": (
+        "QuantGemma4VisionModel applies obs_minus_bias only when config.standardize "
+        "(gemma4/quant_vision_model.py:187-196); the E2B vision config, like TICO's e2b_dims smoke, does not "
+        "standardize, so at this width it is never fed")},
 })

@@ -31,6 +31,7 @@ from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
 
 from cases._gemma4_text_common import additive_mask, allowed_pairs, attention_unused, sin_in_convention
+from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 from cases.gemma4 import (
     E2B_PROFILES,
@@ -368,3 +369,7 @@ CASES = [MULTIMODAL_EMBEDDER, *MODEL_CASES]
 CASES = with_expected(CASES, {
     "gemma4_model": {"qparam_consistency": replaced_qparams()},
 })
+
+
+# The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
+CASES = with_profile_limits(CASES, "e2b_dims")

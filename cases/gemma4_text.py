@@ -40,6 +40,7 @@ from harness import (
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
 
+from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 
 from cases._gemma4_text_common import (
@@ -493,3 +494,7 @@ CASES = with_expected(CASES, {
     "gemma4_text_decoder_layer_shared_kv": {"qparam_consistency": replaced_qparams()},
     "gemma4_text_decoder_layer_sliding_prefill": {"qparam_consistency": replaced_qparams()},
 })
+
+
+# The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
+CASES = with_profile_limits(CASES, "e2b_dims")

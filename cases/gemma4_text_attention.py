@@ -25,6 +25,7 @@ import functools
 
 import torch
 
+from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import replaced_qparams, with_expected
 from harness import (Built, Case, CaseInputs, Expected, ExportCapability, MaskCapability, MaskProbe, Sample, Thresholds,
                      calib_mode_adapter)
@@ -296,3 +297,7 @@ CASES = with_expected(CASES, {
     "gemma4_text_attention_shared_kv_prefill": {"qparam_consistency": replaced_qparams()},
     "gemma4_text_attention_shared_kv_decode": {"qparam_consistency": replaced_qparams()},
 })
+
+
+# The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
+CASES = with_profile_limits(CASES, "e2b_dims")

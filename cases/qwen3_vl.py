@@ -28,6 +28,7 @@ from harness import (
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
 
+from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import QWEN3_VL_PATCH_EMBED_COPY, QWEN3_VL_PATCH_EMBED_REASON, replaced_qparams, with_expected
 
 QWEN3_VL_REQUIRES = ("transformers.models.qwen3_vl.modeling_qwen3_vl",)
@@ -349,3 +350,7 @@ CASES = with_expected(CASES, {
     "qwen3_vl_vision_attention": {"qparam_consistency": replaced_qparams()},
     "qwen3_vl_vision_block": {"qparam_consistency": replaced_qparams()},
 })
+
+
+# The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
+CASES = with_profile_limits(CASES, "e2b_dims")

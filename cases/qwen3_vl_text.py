@@ -33,6 +33,7 @@ from harness import (
 )
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
+from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, vision_and_mask_copies, replaced_qparams, with_expected
 
 from cases.qwen3_vl import _FOLDED_SCALE, QWEN3_VL_REQUIRES, hf_vision_rope, text_config, vision_sample
@@ -622,3 +623,7 @@ CASES = with_expected(CASES, {
     "qwen3_vl_text_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
     "qwen3_vl_text_model": {"qparam_consistency": replaced_qparams()},
 })
+
+
+# The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
+CASES = with_profile_limits(CASES, "e2b_dims")

@@ -228,6 +228,18 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 @dataclass(frozen=True)
+class ProfileLimits:
+    """What a case gates on one profile and where the numbers come from. A profile without an
+    entry is gated by the case's ``thresholds`` (stated for its first profile), and its results
+    say so. ``unused_observers``, when given, replaces the case's allowlist on that profile
+    (an observer can be fed at one width and not at another)."""
+
+    thresholds: Thresholds
+    source: str
+    unused_observers: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class Case:
     """A wrapper under test. See the module docstring for the contract."""
 
@@ -241,6 +253,8 @@ class Case:
     golden_profiles: tuple[str, ...] = ("tiny",)
     seed: int = 0
     thresholds: Thresholds = Thresholds()
+    # profile -> its own limits with their source (python -m harness.limits proposes them).
+    profile_limits: Mapping[str, ProfileLimits] = field(default_factory=dict)
     golden_tolerance: GoldenTolerance = GoldenTolerance()
     ptq_config: Callable[[str], Any] = default_ptq_config
     output: Callable[[Any], torch.Tensor] = first_tensor
@@ -325,8 +339,39 @@ class Case:
                 raise CaseDefinitionError(name, attr, "must map names to non-empty reasons")
         if not isinstance(self.ungated_samples, Mapping) or "default" in self.ungated_samples:
             raise CaseDefinitionError(name, "ungated_samples", "must be a mapping and cannot exempt the 'default' sample")
+        if not isinstance(self.profile_limits, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, ProfileLimits) for k, v in self.profile_limits.items()
+        ):
+            raise CaseDefinitionError(name, "profile_limits", "must map profile names to ProfileLimits")
+        for profile, limits in self.profile_limits.items():
+            if profile not in self.profiles:
+                raise CaseDefinitionError(name, f"profile_limits[{profile!r}]", f"names a profile the case does not "
+                                          f"run ({self.profiles})")
+            if not isinstance(limits.source, str) or not limits.source.strip():
+                raise CaseDefinitionError(name, f"profile_limits[{profile!r}].source", "must say where the limits "
+                                          "come from")
         if self.export is not None and not self.export.samples:
             raise CaseDefinitionError(name, "export.samples", "must name at least one evaluation sample")
+
+    def thresholds_for(self, profile: str) -> Thresholds:
+        limits = self.profile_limits.get(profile)
+        return limits.thresholds if limits is not None else self.thresholds
+
+    def limits_source(self, profile: str) -> str:
+        """Where the limits gating ``profile`` come from, as results and reports show it."""
+        limits = self.profile_limits.get(profile)
+        if limits is not None:
+            return limits.source
+        if profile == self.profiles[0]:
+            return "the case's thresholds (measured on this profile; see the case file)"
+        return (f"no limits stated for profile {profile!r}: the case's thresholds for {self.profiles[0]!r} apply "
+                f"unchanged")
+
+    def unused_observers_for(self, profile: str) -> Mapping[str, str]:
+        limits = self.profile_limits.get(profile)
+        if limits is not None and limits.unused_observers is not None:
+            return limits.unused_observers
+        return self.unused_observers
 
     def unavailable_reason(self) -> str | None:
         """Why this case cannot run in this environment, or None when it can."""

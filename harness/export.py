@@ -130,7 +130,7 @@ def _convert(program: Any, defer_codegen: bool = True) -> tuple[bytes, AuditResu
     audit = audit_exported_program(captured["program"])
     audit.attribution_refused = attribute_observers(applied, observers)
     audit.applied = applied
-    audit.overwritten = overwritten_qparams(applied, captured["program"])
+    audit.overwritten, audit.replaced_nodes = overwritten_qparams(applied, captured["program"])
     return binary, audit
 
 

@@ -143,6 +143,11 @@ class Pipeline:
         # The last snapshot taken, while nothing can have changed since (reused as a baseline).
         self._latest: dict[tuple, Any] | None = None
 
+    @property
+    def thresholds(self) -> Any:
+        """The limits that gate this profile (the case's own, or its profile_limits entry)."""
+        return self.case.thresholds_for(self.profile)
+
     # -- stage machinery -------------------------------------------------
     def _stage(self, name: str, compute: Callable[[], Any]) -> Any:
         if name in self._values:

@@ -70,6 +70,8 @@ class AuditResult:
     applied: list[dict[str, Any]] = field(default_factory=list)
     attribution_refused: str | None = None
     overwritten: list[dict[str, Any]] = field(default_factory=list)
+    # applied fake-quants whose node a later pass replaced (not comparable by name)
+    replaced_nodes: list[dict[str, Any]] = field(default_factory=list)
 
 
 def audit_exported_program(program: Any, ignored_targets: tuple[str, ...] = DEFAULT_IGNORED_TARGETS) -> AuditResult:

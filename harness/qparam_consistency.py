@@ -195,18 +195,25 @@ def _carried(node: torch.fx.Node, qparam_key: str, depth: int = 0) -> tuple[Any,
     return first
 
 
-def overwritten_qparams(applied: list[dict[str, Any]], program: Any) -> list[dict[str, Any]]:
+def overwritten_qparams(applied: list[dict[str, Any]], program: Any
+                        ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The applied fake-quants whose value the Circle model quantizes otherwise, each with the
-    qparams it carries there ('circle_scale'/'circle_zero_point', None when the tensor or its
-    qparams are gone) and, for a data-movement op, the node whose quantization it keeps
-    ('circle_source')."""
+    qparams it carries there ('circle_scale'/'circle_zero_point', None when its qparams are
+    gone) and, for a data-movement op, the node whose quantization it keeps ('circle_source');
+    and the applied fake-quants whose node a later pass replaced (not comparable by name)."""
     from tico.serialize.quant_param import QPARAM_KEY
 
     nodes = {node.name: node for node in program.graph_module.graph.nodes}
-    found = []
+    found: list[dict[str, Any]] = []
+    vanished: list[dict[str, Any]] = []
     for record in applied:
         node = nodes.get(record["tensor"])
-        carried = _carried(node, QPARAM_KEY) if node is not None else None
+        if node is None:
+            # A later pass replaced the node (e.g. LegalizeQuantizedClamp rebuilds clamps): what
+            # Circle holds for the value cannot be looked up by name, so it is not compared.
+            vanished.append(record)
+            continue
+        carried = _carried(node, QPARAM_KEY)
         if carried == MIXED:
             found.append(dict(record, circle_scale=None, circle_zero_point=None, circle_source=None, circle_mixed=True))
             continue
@@ -218,7 +225,7 @@ def overwritten_qparams(applied: list[dict[str, Any]], program: Any) -> list[dic
         found.append(dict(record, circle_scale=float(qparam.scale[0]) if held else None,
                           circle_zero_point=int(qparam.zero_point[0]) if held else None,
                           circle_source=source.name if source is not None and source is not node else None))
-    return found
+    return found, vanished
 
 
 def describe(record: dict[str, Any]) -> str:

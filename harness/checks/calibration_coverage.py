@@ -32,7 +32,7 @@ def run(pipeline) -> CheckResult:
 
     result = CheckResult()
     root = unwrap(pipeline.quantized)
-    unused = pipeline.case.unused_observers
+    unused = pipeline.case.unused_observers_for(pipeline.profile)
     inventory, allowed = [], []
     for path, module in root.named_modules():
         if not isinstance(module, ObserverBase):

@@ -127,12 +127,13 @@ def _replay(result: CheckResult, pipeline, mode: str, label: str, aligned: list 
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
-    th = pipeline.case.thresholds
+    th = pipeline.thresholds
     artifact = pipeline.circle
     result.evidence["circle_file"] = getattr(artifact, "path", None)
     result.evidence["circle_bytes"] = len(artifact.binary)
     result.evidence["circle_cache"] = artifact.cache_status
     result.evidence["export_cache"] = pipeline.export_record.status
+    result.evidence["limits_source"] = pipeline.case.limits_source(pipeline.profile)
     result.notes += artifact.notes
     aligned = _aligned_torch_outputs(pipeline, result)
     _replay(result, pipeline, "fake_quantize", "FAKE_QUANTIZE", aligned, th.circle_max_steps, th.circle_mean_steps,

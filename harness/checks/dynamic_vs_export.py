@@ -13,7 +13,7 @@ _MODE_LABEL = {"noquant": "NO_QUANT", "quant": "QUANT"}
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
-    th = pipeline.case.thresholds
+    th = pipeline.thresholds
     export = pipeline.case.export
     modes = ("noquant", "quant")
     if export.quant_only:

@@ -9,7 +9,7 @@ from harness.compare import compare_close
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
-    th = pipeline.case.thresholds
+    th = pipeline.thresholds
     for name, sample in pipeline.built.inputs.evaluation.items():
         metrics, problem = compare_close(
             f"NO_QUANT wrapper vs HF reference [{name}]",

@@ -11,9 +11,15 @@ def run(pipeline) -> CheckResult:
     audit = pipeline.circle.audit
     result.metrics["applied_fake_quants"] = len(audit.applied)
     result.metrics["overwritten_qparams"] = len(audit.overwritten)
+    result.metrics["replaced_nodes"] = len(audit.replaced_nodes)
     if not audit.applied:
         result.fail("no per-tensor fake-quant reached tico's FoldQuantOps: nothing to compare (was the graph "
                     "exported in QUANT mode?)")
+    elif len(audit.replaced_nodes) == len(audit.applied):
+        result.fail("every fake-quant's node was replaced by a later pass: nothing could be compared")
+    for record in audit.replaced_nodes:
+        result.notes.append(f"tensor {record['tensor']} ({record['line']}, {record.get('observer')}): its node was "
+                            f"replaced by a later conversion pass, so what Circle holds for it is not compared")
     result.evidence["overwritten"] = audit.overwritten
     if audit.attribution_refused:
         result.notes.append(f"observers not identified: {audit.attribution_refused}")

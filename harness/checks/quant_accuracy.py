@@ -12,8 +12,11 @@ from harness.metrics import NonFiniteError, accuracy_metrics, error_histogram, s
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
-    th = pipeline.case.thresholds
+    th = pipeline.thresholds
     result.evidence["thresholds"] = dataclasses.asdict(th)
+    result.evidence["limits_source"] = pipeline.case.limits_source(pipeline.profile)
+    if pipeline.profile not in pipeline.case.profile_limits and pipeline.profile != pipeline.case.profiles[0]:
+        result.notes.append(result.evidence["limits_source"])
     for name in sorted(set(pipeline.case.ungated_samples) - set(pipeline.built.inputs.evaluation)):
         result.fail(f"ungated_samples entry {name!r} names no evaluation sample (stale allowlist)")
     for name, sample in pipeline.built.inputs.evaluation.items():

@@ -10,7 +10,7 @@ from harness.compare import compare_close
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
-    atol = pipeline.case.thresholds.rotary_atol
+    atol = pipeline.thresholds.rotary_atol
     tables = pipeline.case.rotary.tables(pipeline.wrapped, pipeline.built.module, pipeline.built)
     if not tables:
         result.fail("case rotary capability returned no tables to compare")

@@ -10,7 +10,7 @@ from harness.compare import compare_close
 def run(pipeline) -> CheckResult:
     result = CheckResult()
     name = pipeline.export_sample_name
-    atol = pipeline.case.thresholds.torch_export_atol
+    atol = pipeline.thresholds.torch_export_atol
     metrics, problem = compare_close(
         f"torch.export program vs eager export adapter [{name}]",
         pipeline.export_output("quant", name),

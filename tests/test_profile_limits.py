@@ -1,0 +1,81 @@
+"""Per-profile limits: a case states, per profile, the limits it gates and where they come
+from; a profile without them says so in its results; the proposer derives limits from
+measured clean runs (worst over kernel selections plus a stated margin) for review."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cases.nn import CASES as NN_CASES
+from harness.case import CaseDefinitionError, ProfileLimits, Thresholds
+from harness.limits import propose, render
+from harness.pipeline import Pipeline
+
+LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
+
+
+def test_a_profile_gets_its_own_limits_and_allowlist():
+    case = dataclasses.replace(LINEAR, profiles=("tiny", "wide"), profile_limits={
+        "wide": ProfileLimits(Thresholds(max_peir=0.5), source="measured: peir 0.4; 1.25x",
+                              unused_observers={"obs_x": "never fed at this width"})})
+    assert case.thresholds_for("wide").max_peir == 0.5
+    assert case.thresholds_for("tiny") == LINEAR.thresholds
+    assert case.unused_observers_for("wide") == {"obs_x": "never fed at this width"}
+    assert case.unused_observers_for("tiny") == LINEAR.unused_observers
+    assert case.limits_source("wide") == "measured: peir 0.4; 1.25x"
+    assert Pipeline(case, "wide").thresholds.max_peir == 0.5
+
+
+def test_a_profile_without_limits_says_so():
+    case = dataclasses.replace(LINEAR, profiles=("tiny", "wide"))
+    assert "no limits stated for profile 'wide'" in case.limits_source("wide")
+
+
+@pytest.mark.parametrize("limits, field", [
+    ({"huge": ProfileLimits(Thresholds(), source="x")}, "profile_limits['huge']"),
+    ({"tiny": ProfileLimits(Thresholds(), source=" ")}, "profile_limits['tiny'].source"),
+])
+def test_bad_profile_limits_are_definition_errors(limits, field):
+    with pytest.raises(CaseDefinitionError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        dataclasses.replace(LINEAR, profile_limits=limits)
+
+
+def _record(case, check, metrics, profile="wide"):
+    return {"case": case, "check": check, "profile": profile, "metrics": metrics}
+
+
+def test_the_proposer_takes_the_worst_run_and_states_its_margin():
+    native = [dict(_record("c", "quant_accuracy", {"peir": 0.08, "sqnr_db": 20.0, "peir[padded]": 0.09,
+                                                   "mean_abs_diff": 0.5}),
+                   evidence={"thresholds": {"max_peir": 0.05, "min_sqnr_db": 25.0, "circle_max_steps": 1.0,
+                                            "max_mean_abs_diff": None}}),
+              _record("c", "circle_replay", {"fake_quantize_max_steps": 0.0, "fake_quantize_mean_steps": 0.0,
+                                             "fake_quantize_as_exported_max_steps": 9.0,
+                                             "fake_quantize_out1_max_steps": 3.0}),
+              _record("c", "quant_accuracy", {"peir": 5.0}, profile="tiny")]
+    scalar = [_record("c", "quant_accuracy", {"peir": 0.1, "sqnr_db": 19.0})]
+    proposal = propose([native, scalar], "wide")["c"]
+    assert proposal["max_peir"] == (0.13, 0.1)  # 0.1 x 1.25, rounded up; the tiny run is ignored
+    assert proposal["min_sqnr_db"] == (17.5, 19.0)
+    assert proposal["circle_max_steps"] == (1.0, 0.0)  # never below one rounding flip
+    # the extra outputs need more than the main limit: an extra limit; as-exported metrics are not gated
+    assert proposal["circle_extra_max_steps"] == (3.8, 3.0)
+    assert "max_mean_abs_diff" not in proposal and "circle_mean_steps" not in proposal  # not gated by the case
+    text = render({"c": proposal}, "wide", ["native", "scalar"])
+    assert "LIMITS = {" in text and "worst over 2 kernel selection(s) (native, scalar)" in text
+
+
+def test_every_nightly_case_states_its_limits_and_no_entry_is_stale():
+    from harness.catalog import load_cases
+
+    from cases._profile_limits import limits_table
+
+    e2b_cases = {case.name: case for _, case in load_cases() if "e2b_dims" in case.profiles}
+    assert e2b_cases, "no case runs the e2b_dims profile"
+    assert sorted(set(limits_table("e2b_dims")) - set(e2b_cases)) == []  # a table entry for no case is stale
+    missing = [name for name, case in e2b_cases.items() if "e2b_dims" not in case.profile_limits]
+    assert missing == [], f"e2b_dims cases without stated limits: {missing}"
+    for case in e2b_cases.values():
+        assert case.limits_source("e2b_dims").startswith("measured on clean tico, e2b_dims")
