@@ -46,6 +46,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.circle_cache import Uncacheable, _package_source_hash, _tensor_bytes
+from harness.code_fingerprint import code_digest as _code_digest
 from harness.entry_store import EntryStore
 
 KEY_SCHEMA = "export-reuse-v1"
@@ -93,34 +94,6 @@ def record_from_program(program: Any, args: tuple, circle_key: str | None) -> Ex
 
 
 # -- the execution key ------------------------------------------------------------------
-_CODE_DIGESTS: dict[int, tuple[Any, str]] = {}
-
-
-def _const_text(value: Any) -> str:
-    if isinstance(value, type((lambda: 0).__code__)):
-        return "code:" + _code_digest(value)
-    if isinstance(value, frozenset):  # set order follows string hashing, which varies per process
-        return "frozenset(" + ",".join(sorted(_const_text(v) for v in value)) + ")"
-    if isinstance(value, tuple):
-        return "(" + ",".join(_const_text(v) for v in value) + ")"
-    return f"{type(value).__name__}:{value!r}"
-
-
-def _code_digest(code: Any) -> str:
-    """Content of a code object, with its source location (traced programs record it)."""
-    cached = _CODE_DIGESTS.get(id(code))
-    if cached is not None and cached[0] is code:
-        return cached[1]
-    parts = [code.co_filename, code.co_qualname, str(code.co_firstlineno), code.co_code.hex(),
-             code.co_linetable.hex(), ",".join(code.co_names), ",".join(code.co_varnames),
-             ",".join(code.co_freevars), ",".join(code.co_cellvars),
-             f"{code.co_argcount}/{code.co_posonlyargcount}/{code.co_kwonlyargcount}/{code.co_flags}",
-             ";".join(_const_text(c) for c in code.co_consts)]
-    digest = hashlib.sha256("\x00".join(parts).encode()).hexdigest()
-    _CODE_DIGESTS[id(code)] = (code, digest)  # holding the code keeps its id unique
-    return digest
-
-
 def _tensor_digest(tensor: torch.Tensor) -> str:
     t = tensor.detach()
     return f"T({t.dtype},{tuple(t.shape)},{t.stride()})#" + hashlib.sha256(_tensor_bytes(t)).hexdigest()

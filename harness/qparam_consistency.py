@@ -1,16 +1,24 @@
-"""Does every tensor in the Circle model carry the qparams torch's fake-quant applied to it?
+"""Does the Circle model quantize every value as torch's fake-quant did?
 
 tico's FoldQuantOps turns each torch fake-quant (a quantize/dequantize pair) into qparams on
 the tensor that produced the value, or keeps a Quantize op where a value is re-quantized.
-Later passes may overwrite those qparams (e.g. tico 0.3.0 gives CONCATENATION's inputs the
-output's qparams and SPLIT's outputs the input's), so a tensor that torch quantizes with one
-scale is quantized with another in Circle: torch then fake-quantizes one value twice with
-two sets of qparams where Circle can hold one. The torch QUANT output is no longer what the
-Circle model computes, whatever the runtime's arithmetic.
+Two things then make Circle quantize a value otherwise than torch:
+
+* later passes overwrite qparams already folded there (tico 0.3.0's PropagateQParamForward
+  gives SPLIT outputs, SLICE and NEG their input's qparams; PropagateQParamBackward gives
+  CONCATENATION's inputs the output's);
+* data-movement operators (SPLIT, SLICE, RESHAPE, TRANSPOSE, CONCATENATION, ...) never
+  requantize, in integer backends or in tico's reference runtime, so their value keeps its
+  input's quantization whatever qparams their own tensor holds.
+
+Either way torch fake-quantizes one value with qparams Circle does not apply: one tensor, two
+sets of qparams, and the torch QUANT output is no longer what the Circle model computes.
 
 ``recording_folds`` records, right before FoldQuantOps runs, the qparams each fake-quant
-applies and the tensor that will carry them; ``overwritten_qparams`` compares them with the
-qparams that tensor holds when conversion is done."""
+applies, the tensor that will carry them and (``attribute_observers``) the observer that
+applied them; ``overwritten_qparams`` compares them with the quantization the value carries
+when conversion is done; ``aligned_to_circle`` builds the torch model that quantizes as
+Circle does, so a replay gap can be split into this cause and the rest."""
 
 from __future__ import annotations
 

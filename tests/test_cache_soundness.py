@@ -6,13 +6,11 @@ reach stays a hit."""
 
 from __future__ import annotations
 
-import operator
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from cases.nn import CASES as NN_CASES
@@ -20,6 +18,7 @@ from cases.qwen3_vl import CASES as QWEN_VISION_CASES
 from harness.checks import all_checks
 from harness.circle_cache import conversion_code_fingerprint
 from harness.pipeline import Pipeline, RunSettings
+from tests.pass_defects import dropping_split_output_qparams
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKS = {check.name: check for check in all_checks()}
@@ -40,21 +39,10 @@ def _verdict(case, check: str, cache: Path | None) -> tuple[bool, list[str], str
 
 
 def _drop_split_output_qparams(monkeypatch) -> None:
-    """The real bug TICO once fixed: split_with_sizes' outputs left without qparams."""
     from tico.quantization.passes import propagate_qparam_forward as forward
-    from tico.serialize.quant_param import QPARAM_KEY
 
-    original = forward.PropagateQParamForward.call
-
-    def dropping(self, exported_program):
-        outcome = original(self, exported_program)
-        for node in exported_program.graph_module.graph.nodes:
-            source = node.args[0] if node.target is operator.getitem and node.args else None
-            if isinstance(source, torch.fx.Node) and source.target == torch.ops.aten.split_with_sizes.default:
-                node.meta.pop(QPARAM_KEY, None)
-        return outcome
-
-    monkeypatch.setattr(forward.PropagateQParamForward, "call", dropping)
+    monkeypatch.setattr(forward.PropagateQParamForward, "call",
+                        dropping_split_output_qparams(forward.PropagateQParamForward.call))
 
 
 def test_a_pass_patched_in_memory_is_a_miss_and_fails_as_cold(tmp_path, monkeypatch):
