@@ -1,5 +1,5 @@
 """Apply a profile's reviewed limits table (cases/_limits_<profile>.py, proposed by
-``python -m harness.limits``) to the cases of one case file."""
+``python -m harness limits``) to the cases of one case file."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from typing import Mapping
 from harness.case import ProfileLimits
 
 
-def limits_table(profile: str) -> dict[str, tuple[dict[str, float], str]]:
+def limits_table(profile: str) -> dict[str, tuple[dict[str, dict[str, float]], str]]:
     return importlib.import_module(f"cases._limits_{profile}").LIMITS
 
 
 def with_profile_limits(cases: list, profile: str,
                         unused_observers: Mapping[str, Mapping[str, str]] | None = None) -> list:
-    """``cases`` with ``profile_limits[profile]`` set from the profile's table: the table's fields
-    replace the gated fields of each case's thresholds, the source is kept. ``unused_observers``
+    """``cases`` with ``profile_limits[profile]`` set from the profile's table: the table's
+    settings (check -> fields) replace those fields of each case's settings on that profile, the
+    source is kept. ``unused_observers``
     (case -> allowlist) replaces a case's allowlist on that profile."""
     table = limits_table(profile)
     unused_observers = unused_observers or {}
@@ -28,8 +29,8 @@ def with_profile_limits(cases: list, profile: str,
     updated = []
     for case in cases:
         if profile in case.profiles and case.name in table:
-            fields, source = table[case.name]
-            limits = ProfileLimits(dataclasses.replace(case.thresholds, **fields), source=source,
+            settings, source = table[case.name]
+            limits = ProfileLimits(settings, source=source,
                                    unused_observers=unused_observers.get(case.name))
             case = dataclasses.replace(case, profile_limits={**case.profile_limits, profile: limits})
         updated.append(case)

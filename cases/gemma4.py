@@ -30,8 +30,8 @@ from harness import (
     RotaryTables,
     Sample,
     Expected,
-    Thresholds,
     calib_mode_adapter,
+    merged_settings,
     whole_module_export,
 )
 from harness.capture import first_call_kwarg
@@ -247,14 +247,10 @@ VISION_ENCODER = Case(
     # Circle replay (FAKE_QUANTIZE) differs from torch QUANT as exported by max 3.0 / mean 0.49
     # output steps on tico 0.3.0 (0.126 / 0.021 absolute), all of it the rotate-half quantization
     # Circle does not hold (qparam_consistency): against torch aligned to it, max 0 / mean 0.
-    thresholds=Thresholds(
-        max_mean_abs_diff=0.12,
-        max_abs_diff=0.8,
-        max_peir=0.09,
-        min_sqnr_db=18.0,
-        circle_max_steps=1.0,
-        circle_mean_steps=0.1,
-    ),
+    settings={
+        "quant_accuracy": {"max_mean_abs_diff": 0.12, "max_abs_diff": 0.8, "max_peir": 0.09, "min_sqnr_db": 18.0},
+        "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+    },
     export=ExportCapability(
         adapter=_encoder_adapter,
         args=lambda sample: (sample.kwargs["inputs_embeds"],),
@@ -278,7 +274,7 @@ VISION_ENCODER_PADDED_CALIB = dataclasses.replace(
     build=functools.partial(build_vision_encoder, calibrate_with_padding=True),
     profiles=("tiny",),  # a harness variant, not one of TICO's e2b_dims cases
     # Measured: default mean 0.090 / PEIR 0.063; padded mean 0.136.
-    thresholds=dataclasses.replace(VISION_ENCODER.thresholds, max_mean_abs_diff=0.15),
+    settings=merged_settings(VISION_ENCODER.settings, quant_accuracy={"max_mean_abs_diff": 0.15}),
     ungated_samples={},
     expected_failures={"qparam_consistency": replaced_qparams()},
 )
@@ -327,7 +323,10 @@ VISION_PARTS = [
         # Circle replay vs torch QUANT as exported: max 5 / mean 0.36 output steps on tico 0.3.0, the
         # attention weights the module also returns max 25 / mean 0.23 of their steps; all of it the
         # rotate-half quantization Circle does not hold (qparam_consistency): aligned, max 0 / 0.
-        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.15, circle_max_steps=1.0, circle_mean_steps=0.1),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.15},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
         export=whole_module_export(
             args=lambda s: (s.kwargs["hidden_states"], s.kwargs["position_embeddings"], s.kwargs["attention_mask"]),
             samples=("default", "padded"),
@@ -341,7 +340,10 @@ VISION_PARTS = [
         expected_wrapper="QuantGemma4VisionEncoderLayer",
         # Circle replay vs torch QUANT as exported max 3 steps; aligned to the rotate-half quantization
         # Circle holds (qparam_consistency) max 0 / mean 0.
-        thresholds=Thresholds(max_mean_abs_diff=0.15, max_peir=0.15, circle_max_steps=1.0, circle_mean_steps=0.1),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.15, "max_peir": 0.15},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("prefill"),
             args=lambda s: (s.kwargs["hidden_states"], s.kwargs["attention_mask"], s.kwargs["position_embeddings"]),
@@ -402,7 +404,10 @@ VISION_PARTS += [
         profiles=E2B_PROFILES,
         build=build_patch_embedder,
         expected_wrapper="QuantGemma4VisionPatchEmbedder",
-        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.15, circle_max_steps=2.0, circle_mean_steps=0.5),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.15},
+            "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+        },
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module(
                 mode="prefill", pixel_position_ids=sample.args[1], padding_positions=sample.args[2]),
@@ -417,7 +422,10 @@ VISION_PARTS += [
         expected_wrapper="QuantGemma4VisionPooler",
         # Pooled outputs scale with sqrt(width), so mean |d| is gated by SQNR instead: tiny mean 0.027,
         # PEIR 0.037, SQNR 34.8 dB; e2b_dims mean 0.142, PEIR 0.0054, SQNR 38.1 dB.
-        thresholds=Thresholds(max_peir=0.1, min_sqnr_db=28.0, circle_max_steps=2.0, circle_mean_steps=0.5),
+        settings={
+            "quant_accuracy": {"max_peir": 0.1, "min_sqnr_db": 28.0},
+            "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+        },
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module(
                 mode="prefill", output_length=sample.kwargs["output_length"],
@@ -483,8 +491,11 @@ VISION_MODEL = Case(
     # Circle replay (FAKE_QUANTIZE) vs torch QUANT, tiny: max 1.0 / mean 0.25 output steps.
     # NO_QUANT vs HF: at e2b_dims the soft tokens reach |114| and float32 reordering differs by up to
     # 6.1e-5 absolute (relative 4e-4 on small elements), hence atol 1e-4 instead of 1e-5.
-    thresholds=Thresholds(max_peir=0.02, min_sqnr_db=32.0,
-                          circle_max_steps=1.5, circle_mean_steps=0.35, noquant_atol=1e-4),
+    settings={
+        "quant_accuracy": {"max_peir": 0.02, "min_sqnr_db": 32.0},
+        "circle_replay": {"max_steps": 1.5, "mean_steps": 0.35},
+        "noquant_parity": {"atol": 1e-4},
+    },
     export=ExportCapability(
         adapter=_vision_model_adapter,
         args=lambda sample: (sample.kwargs["pixel_values"],),
@@ -523,7 +534,10 @@ TEXT_PARTS = [
         profiles=E2B_PROFILES,
         build=build_text_mlp,
         expected_wrapper="QuantGemma4TextMLP",
-        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.1},
+            "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+        },
         export=whole_module_export(),
         **_LAYER_PART,
     ),

@@ -31,7 +31,6 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
-    Thresholds,
 )
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
@@ -347,8 +346,10 @@ CASES = [
         # max 4 / 7 / 5, mean 2.0 / 2.6 / 2.5 int16 steps (output / K / V; one int16 step is ~3e-5,
         # below float accumulation noise), with or without the replaced rotate-half qparams: limits
         # 1.5x that spread, so the gate holds on any CPU.
-        thresholds=Thresholds(max_mean_abs_diff=0.011, max_abs_diff=0.026, max_peir=0.055,
-                              circle_max_steps=10.5, circle_mean_steps=4.0),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.011, "max_abs_diff": 0.026, "max_peir": 0.055},
+            "circle_replay": {"max_steps": 10.5, "mean_steps": 4.0},
+        },
         export=ExportCapability(adapter=_core_adapter, args=lambda s: s.static_args, samples=("default", "padded"),
                                contradicting_args=_contradicting),
         rotary=RotaryCapability(tables=_core_rotary),
@@ -375,7 +376,7 @@ CASES = [
         # Measured on tico 0.3.0: exactly HF (0 on both samples). Only the centroid projection is
         # quantized; it still picks HF's top-2 centroids, and the selected logits are float
         # hidden @ the given LM-head rows. Any selection flip would show as a large jump.
-        thresholds=Thresholds(max_mean_abs_diff=1e-6, max_abs_diff=1e-6, max_peir=1e-6),
+        settings={"quant_accuracy": {"max_mean_abs_diff": 1e-6, "max_abs_diff": 1e-6, "max_peir": 1e-6}},
         not_applicable={check: _HOST_ONLY for check in
                         ("dynamic_vs_export", "torch_export", "circle_replay", "qparam_audit", "qparam_consistency",
                      "export_contract")},

@@ -25,7 +25,6 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
-    Thresholds,
 )
 from harness.capture import first_call_kwarg
 from harness.pipeline import unwrap
@@ -70,8 +69,10 @@ MULTIMODAL_EMBEDDER = Case(
     profiles=E2B_PROFILES,
     expected_wrapper="QuantGemma4MultimodalEmbedder",
     # Measured: mean 0.0067, max 0.297, PEIR 0.075, SQNR 34.0 dB; Circle replay exact (0 steps).
-    thresholds=Thresholds(max_mean_abs_diff=0.009, max_abs_diff=0.4, max_peir=0.1, min_sqnr_db=30.0,
-                          circle_max_steps=0.5, circle_mean_steps=0.1),
+    settings={
+        "quant_accuracy": {"max_mean_abs_diff": 0.009, "max_abs_diff": 0.4, "max_peir": 0.1, "min_sqnr_db": 30.0},
+        "circle_replay": {"max_steps": 0.5, "mean_steps": 0.1},
+    },
     # as_export_module returns the wrapper itself (it is exportable as is), so it cannot refuse
     # CALIB mode and ignores the mode argument.
     export=ExportCapability(
@@ -310,8 +311,11 @@ MODEL_CASES = [
         # CPU runtime prepares; the dynamic path fake-quantizes those stages itself (token embedding,
         # image soft tokens, mm_fusion, the text model's inputs_embeds / mask / cos / sin observers),
         # so the two agree to that quantization noise, not exactly.
-        thresholds=Thresholds(max_mean_abs_diff=0.06, max_abs_diff=0.95, max_peir=0.17, min_sqnr_db=17.0,
-                              circle_max_steps=6.0, circle_mean_steps=1.2, export_atol=0.08),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.06, "max_abs_diff": 0.95, "max_peir": 0.17, "min_sqnr_db": 17.0},
+            "circle_replay": {"max_steps": 6.0, "mean_steps": 1.2},
+            "dynamic_vs_export": {"atol": 0.08},
+        },
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("prefill"),
             args=lambda sample: sample.export_args,
@@ -333,7 +337,9 @@ MODEL_CASES = [
         ptq_config=model_ptq_config(num_vision_layers=1),
         # Measured (softcapped logits): image prompt mean 0.00083, max 0.0115, PEIR 0.0098, SQNR 41.1 dB;
         # text prompt mean 3.6e-5; padded mean 1.1e-4.
-        thresholds=Thresholds(max_mean_abs_diff=0.0012, max_abs_diff=0.017, max_peir=0.014, min_sqnr_db=37.0),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.0012, "max_abs_diff": 0.017, "max_peir": 0.014, "min_sqnr_db": 37.0},
+        },
         rotary=RotaryCapability(tables=_CONDITIONAL_SITE.rotary),
         mask=MaskCapability(probes=_CONDITIONAL_SITE.masks),
         not_applicable=_staged_export("QuantGemma4ForConditionalGeneration"),
@@ -347,7 +353,9 @@ MODEL_CASES = [
         expected_wrapper="QuantGemma4ForCausalLM",
         ptq_config=model_ptq_config(num_vision_layers=0),
         # Measured (softcapped logits): mean 0.00055, max 0.0249, PEIR 0.021, SQNR 39.2 dB; padded mean 1.1e-4.
-        thresholds=Thresholds(max_mean_abs_diff=0.0008, max_abs_diff=0.035, max_peir=0.03, min_sqnr_db=35.0),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.0008, "max_abs_diff": 0.035, "max_peir": 0.03, "min_sqnr_db": 35.0},
+        },
         rotary=RotaryCapability(tables=_CAUSAL_LM_SITE.rotary),
         mask=MaskCapability(probes=_CAUSAL_LM_SITE.masks),
         not_applicable=_staged_export("QuantGemma4ForCausalLM"),

@@ -34,7 +34,6 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
-    Thresholds,
     whole_module_export,
 )
 from harness.capture import first_call_kwarg
@@ -298,8 +297,10 @@ DECODER_LAYERS = [
         description="full-attention Gemma4TextDecoderLayer (layer 1 of sliding/full), causal prefill",
         build=functools.partial(build_decoder_layer, layer_types=("sliding_attention", "full_attention"), layer_idx=1),
         # Measured on tico 0.3.0: mean 0.0721, max 0.679, PEIR 0.0648, SQNR 24.2 dB; Circle replay exact.
-        thresholds=Thresholds(max_mean_abs_diff=0.1, max_abs_diff=1.0, max_peir=0.09, min_sqnr_db=20.0,
-                              circle_max_steps=1.0, circle_mean_steps=0.25),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_abs_diff": 1.0, "max_peir": 0.09, "min_sqnr_db": 20.0},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.25},
+        },
         unused_observers=_ATTN_UNUSED,
         export=_prefill_export(),
         mask=_LAYER_MASKS,
@@ -313,8 +314,10 @@ DECODER_LAYERS = [
         # Measured on tico 0.3.0: mean 0.0616, max 0.435, PEIR 0.0454, SQNR 25.8 dB; Circle replay of the
         # hidden output exact, of the returned K max 4 / mean 0.01 of its steps as exported (V exact); against
         # torch aligned to the rotate-half qparams tico replaces (qparam_consistency) K max 0 steps.
-        thresholds=Thresholds(max_mean_abs_diff=0.085, max_abs_diff=0.65, max_peir=0.065, min_sqnr_db=21.0,
-                              circle_max_steps=1.0, circle_mean_steps=0.25),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.085, "max_abs_diff": 0.65, "max_peir": 0.065, "min_sqnr_db": 21.0},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.25},
+        },
         unused_observers=_ATTN_UNUSED,
         export=_prefill_export(),
         mask=_LAYER_MASKS,
@@ -327,8 +330,10 @@ DECODER_LAYERS = [
         build=build_decoder_layer_decode,
         # Measured on tico 0.3.0: mean 0.186, max 0.571, PEIR 0.0764, SQNR 17.4 dB (calibrated on
         # TICO's 3 single-token steps); Circle replay vs torch QUANT: max 3 / mean 0.98 output steps.
-        thresholds=Thresholds(max_mean_abs_diff=0.25, max_abs_diff=0.8, max_peir=0.1, min_sqnr_db=14.0,
-                              circle_max_steps=3.5, circle_mean_steps=1.25),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.25, "max_abs_diff": 0.8, "max_peir": 0.1, "min_sqnr_db": 14.0},
+            "circle_replay": {"max_steps": 3.5, "mean_steps": 1.25},
+        },
         unused_observers=_ATTN_UNUSED,
         export=_DECODE_EXPORT,
         mask=MaskCapability(probes=_decode_masks),
@@ -341,8 +346,10 @@ DECODER_LAYERS = [
         description="shared-KV consumer Gemma4TextDecoderLayer fed its producer layer's output and K/V",
         build=build_decoder_layer_shared_kv,
         # Measured on tico 0.3.0: mean 0.0552, max 0.711, PEIR 0.0613, SQNR 28.5 dB; Circle replay exact.
-        thresholds=Thresholds(max_mean_abs_diff=0.08, max_abs_diff=1.0, max_peir=0.085, min_sqnr_db=24.0,
-                              circle_max_steps=1.0, circle_mean_steps=0.25),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.08, "max_abs_diff": 1.0, "max_peir": 0.085, "min_sqnr_db": 24.0},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.25},
+        },
         unused_observers=_SHARED_KV_UNUSED,
         export=_prefill_export(with_shared_kv=True),
         mask=_LAYER_MASKS,
@@ -371,8 +378,10 @@ EMBEDDING = Case(
     build=build_scaled_word_embedding,
     expected_wrapper="QuantGemma4TextScaledWordEmbedding",
     # Measured on tico 0.3.0: mean 0.00109, max 0.00304, PEIR 0.00383, SQNR 39.2 dB; Circle replay exact.
-    thresholds=Thresholds(max_mean_abs_diff=0.0015, max_abs_diff=0.0045, max_peir=0.005, min_sqnr_db=35.0,
-                          circle_max_steps=1.0, circle_mean_steps=0.25),
+    settings={
+        "quant_accuracy": {"max_mean_abs_diff": 0.0015, "max_abs_diff": 0.0045, "max_peir": 0.005, "min_sqnr_db": 35.0},
+        "circle_replay": {"max_steps": 1.0, "mean_steps": 0.25},
+    },
     # as_export_module() returns the wrapper itself whatever the mode name: the module is exported.
     export=whole_module_export(),
     **_GEMMA4,
@@ -469,7 +478,9 @@ TEXT_MODEL = Case(
     # error is token coverage, not padding: its valid tokens differ from HF exactly as much with
     # an all-ones mask (TICO calibrates on 3 x 8 random ids of a 256-token vocabulary, so most
     # embedding rows are outside the calibrated ranges).
-    thresholds=Thresholds(max_mean_abs_diff=0.15, max_abs_diff=1.8, max_peir=0.32, min_sqnr_db=12.0),
+    settings={
+        "quant_accuracy": {"max_mean_abs_diff": 0.15, "max_abs_diff": 1.8, "max_peir": 0.32, "min_sqnr_db": 12.0},
+    },
     unused_observers={
         "layers.*.wrapped.self_attn.wrapped.obs_scale": SCALE_UNUSED,
         "obs_inputs_embeds": "fed only when the caller passes inputs_embeds; TICO's samples (and these) pass "

@@ -27,7 +27,7 @@ import torch
 
 from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import replaced_qparams, with_expected
-from harness import (Built, Case, CaseInputs, Expected, ExportCapability, MaskCapability, MaskProbe, Sample, Thresholds,
+from harness import (Built, Case, CaseInputs, Expected, ExportCapability, MaskCapability, MaskProbe, Sample,
                      calib_mode_adapter)
 from harness.pipeline import unwrap
 
@@ -219,13 +219,13 @@ _COMMON = dict(
 _SLIDING_THEN_FULL = ("sliding_attention", "full_attention")
 
 
-def _case(name: str, mode: str, *, layer_types, layer_idx, thresholds: Thresholds, k_eq_v=False,
+def _case(name: str, mode: str, *, layer_types, layer_idx, settings: dict, k_eq_v=False,
           shared_layers=0, expected_failures=None) -> Case:
     return Case(
         name=name,
         build=functools.partial(build_attention, mode=mode, layer_types=layer_types, layer_idx=layer_idx,
                                 k_eq_v=k_eq_v, shared_layers=shared_layers),
-        thresholds=thresholds,
+        settings=settings,
         export=_export(mode),
         expected_failures={"export_contract": _NO_CALIB_GUARD, **(expected_failures or {})},
         unused_observers=attention_unused(shared_kv=bool(shared_layers)),
@@ -242,47 +242,60 @@ _DECODE_MASK_CALIB = _fill_lost_in_quant(
 _SLIDING = {"mask_fill": _fill_not_applied(_SLIDING_MASK), "mask_quant": _fill_lost_in_quant(_SLIDING_MASK)}
 _TWO_FULL = ("full_attention", "full_attention")
 
-# Thresholds: measured on tico 0.3.0 / transformers 5.22.2 (tiny profile) in the comments,
+# Limits: measured on tico 0.3.0 / transformers 5.22.2 (tiny profile) in the comments,
 # limits ~30-50% above them. Circle replay is FAKE_QUANTIZE vs torch QUANT, in output steps.
 CASES = [
     # mean 0.0171, max 0.149, PEIR 0.050, SQNR 25.2 dB; Circle max 0 / mean 0 steps.
     _case("gemma4_text_attention_prefill", "prefill", layer_types=_SLIDING_THEN_FULL, layer_idx=1,
-          thresholds=Thresholds(max_mean_abs_diff=0.025, max_abs_diff=0.2, max_peir=0.075, min_sqnr_db=20.0,
-                                circle_max_steps=1.0, circle_mean_steps=0.1)),
+          settings={
+              "quant_accuracy": {"max_mean_abs_diff": 0.025, "max_abs_diff": 0.2, "max_peir": 0.075, "min_sqnr_db": 20.0},
+              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+          }),
     # mean 0.0876, max 1.022, PEIR 0.296, SQNR 10.3 dB; Circle max 1 / mean 0.047 steps; returned K / V:
     # max 0.9 / 0.81, mean 0.33 / 0.35 of their steps as exported; against torch aligned to the qparams
     # tico replaces (qparam_consistency) output, K and V max 0 steps.
     _case("gemma4_text_attention_decode", "decode", layer_types=_SLIDING_THEN_FULL, layer_idx=1,
-          thresholds=Thresholds(max_mean_abs_diff=0.12, max_abs_diff=1.4, max_peir=0.4, min_sqnr_db=8.0,
-                                circle_max_steps=1.0, circle_mean_steps=0.1,
-                                circle_extra_max_steps=1.0, circle_extra_mean_steps=0.1),
+          settings={
+              "quant_accuracy": {"max_mean_abs_diff": 0.12, "max_abs_diff": 1.4, "max_peir": 0.4, "min_sqnr_db": 8.0},
+              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1, "extra_max_steps": 1.0, "extra_mean_steps": 0.1},
+          },
           expected_failures={"mask_quant": _DECODE_MASK_CALIB}),
     # mean 0.0201, max 0.186, PEIR 0.062, SQNR 24.3 dB; Circle max 0 / mean 0 steps.
     _case("gemma4_text_attention_sliding_prefill", "prefill", layer_types=_SLIDING_THEN_FULL, layer_idx=0,
-          thresholds=Thresholds(max_mean_abs_diff=0.03, max_abs_diff=0.25, max_peir=0.09, min_sqnr_db=19.0,
-                                circle_max_steps=1.0, circle_mean_steps=0.1),
+          settings={
+              "quant_accuracy": {"max_mean_abs_diff": 0.03, "max_abs_diff": 0.25, "max_peir": 0.09, "min_sqnr_db": 19.0},
+              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+          },
           expected_failures=_SLIDING),
     # mean 0.0968, max 0.331, PEIR 0.162, SQNR 10.8 dB; Circle max 2 / mean 0.469 steps as exported;
     # against torch aligned to the qparams tico replaces (qparam_consistency) max 0 (K: 1) steps.
     _case("gemma4_text_attention_sliding_decode", "decode", layer_types=_SLIDING_THEN_FULL, layer_idx=0,
-          thresholds=Thresholds(max_mean_abs_diff=0.13, max_abs_diff=0.45, max_peir=0.22, min_sqnr_db=8.5,
-                                circle_max_steps=1.0, circle_mean_steps=0.1, circle_extra_mean_steps=0.65),
+          settings={
+              "quant_accuracy": {"max_mean_abs_diff": 0.13, "max_abs_diff": 0.45, "max_peir": 0.22, "min_sqnr_db": 8.5},
+              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1, "extra_mean_steps": 0.65},
+          },
           expected_failures=_SLIDING),
     # mean 0.0290, max 0.113, PEIR 0.041, SQNR 23.1 dB; Circle max 0 / mean 0 steps.
     _case("gemma4_text_attention_k_eq_v_prefill", "prefill", layer_types=("full_attention",), layer_idx=0,
           k_eq_v=True,
-          thresholds=Thresholds(max_mean_abs_diff=0.04, max_abs_diff=0.16, max_peir=0.06, min_sqnr_db=18.5,
-                                circle_max_steps=1.0, circle_mean_steps=0.1)),
+          settings={
+              "quant_accuracy": {"max_mean_abs_diff": 0.04, "max_abs_diff": 0.16, "max_peir": 0.06, "min_sqnr_db": 18.5},
+              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+          }),
     # mean 0.0181, max 0.143, PEIR 0.052, SQNR 25.3 dB; Circle max 0 / mean 0 steps.
     _case("gemma4_text_attention_shared_kv_prefill", "prefill", layer_types=_TWO_FULL, layer_idx=1,
           shared_layers=1,
-          thresholds=Thresholds(max_mean_abs_diff=0.025, max_abs_diff=0.2, max_peir=0.075, min_sqnr_db=20.0,
-                                circle_max_steps=1.0, circle_mean_steps=0.1)),
+          settings={
+              "quant_accuracy": {"max_mean_abs_diff": 0.025, "max_abs_diff": 0.2, "max_peir": 0.075, "min_sqnr_db": 20.0},
+              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+          }),
     # mean 0.0112, max 0.412, PEIR 0.147, SQNR 20.6 dB; Circle max 0 / mean 0 steps.
     _case("gemma4_text_attention_shared_kv_decode", "decode", layer_types=_TWO_FULL, layer_idx=1,
           shared_layers=1,
-          thresholds=Thresholds(max_mean_abs_diff=0.016, max_abs_diff=0.55, max_peir=0.2, min_sqnr_db=16.5,
-                                circle_max_steps=1.0, circle_mean_steps=0.1),
+          settings={
+              "quant_accuracy": {"max_mean_abs_diff": 0.016, "max_abs_diff": 0.55, "max_peir": 0.2, "min_sqnr_db": 16.5},
+              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+          },
           expected_failures={"mask_quant": _DECODE_MASK_CALIB}),
 ]
 

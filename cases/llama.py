@@ -23,7 +23,6 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
-    Thresholds,
     calib_mode_adapter,
     whole_module_export,
 )
@@ -217,7 +216,10 @@ CASES = [
         requires=LLAMA_REQUIRES,
         ptq_config=_int16_config,
         expected_wrapper="QuantLlamaMLP",
-        thresholds=Thresholds(max_mean_abs_diff=1e-3, max_peir=1e-3, circle_max_steps=1.0, circle_mean_steps=0.1),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 1e-3, "max_peir": 1e-3},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
         export=whole_module_export(),
     ),
     Case(
@@ -233,8 +235,10 @@ CASES = [
         # also returns differs by max 19 / mean 0.21 of its steps (V exact). Aligned to the quantization
         # Circle holds (qparam_consistency): output 3 / 0.08, K 5 / 0.09 -- a residual not yet diagnosed,
         # held at 1.5x.
-        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.2, circle_max_steps=4.5, circle_mean_steps=0.15,
-                              circle_extra_max_steps=7.5, circle_extra_mean_steps=0.15),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.2},
+            "circle_replay": {"max_steps": 4.5, "mean_steps": 0.15, "extra_max_steps": 7.5, "extra_mean_steps": 0.15},
+        },
         # The prefill adapter supports any length up to the static window, so a shorter
         # input is not a contradiction: no contradicting_args probe.
         export=ExportCapability(
@@ -259,8 +263,10 @@ CASES = [
         # 1.44 steps, on the returned new K / V max 8.9 / 17.2, mean 1.35 / 2.38 of their steps. Aligned
         # to the quantization Circle holds (qparam_consistency): output 1 / 0.44, V 0 / 0, K 8.9 / 1.2 --
         # the K residual is not yet diagnosed, held at 1.5x.
-        thresholds=Thresholds(max_mean_abs_diff=0.15, max_peir=0.4, circle_max_steps=1.5, circle_mean_steps=0.65,
-                              circle_extra_max_steps=13.5, circle_extra_mean_steps=1.8),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.15, "max_peir": 0.4},
+            "circle_replay": {"max_steps": 1.5, "mean_steps": 0.65, "extra_max_steps": 13.5, "extra_mean_steps": 1.8},
+        },
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("decode"),
             args=lambda s: (s.args[0], s.args[1], s.kwargs["attention_mask"], s.kwargs["past_key_value"]),
@@ -277,7 +283,10 @@ CASES = [
         ptq_config=_reference_eval_config,
         expected_wrapper="QuantLlamaDecoderLayer",
         reference_call=_hf_with_4d_mask,
-        thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.1},
+            "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+        },
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("prefill", return_kv=False),
             args=lambda s: (s.args[0], s.kwargs["attention_mask"], s.kwargs["position_embeddings"]),
@@ -442,8 +451,10 @@ CASES.append(
         # the adapter returns differ from torch as exported by max 26.6 / 25.2 steps, all of it the
         # qparams tico replaces on the new K/V and the rotate-half halves (qparam_consistency):
         # against torch aligned to them max 0 / 0 steps.
-        thresholds=Thresholds(max_mean_abs_diff=0.085, max_abs_diff=0.85, max_peir=0.18,
-                              circle_max_steps=1.5, circle_mean_steps=0.5),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.085, "max_abs_diff": 0.85, "max_peir": 0.18},
+            "circle_replay": {"max_steps": 1.5, "mean_steps": 0.5},
+        },
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("decode", return_kv=True),
             args=lambda s: (s.args[0], s.kwargs["attention_mask"], s.kwargs["position_embeddings"],

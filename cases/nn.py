@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from cases._shared_diagnoses import replaced_qparams, with_expected
-from harness import Built, Case, CaseInputs, Expected, Sample, Thresholds, whole_module_export
+from harness import Built, Case, CaseInputs, Expected, Sample, whole_module_export
 
 
 def _inputs(make, calibration: int, evaluation=None) -> CaseInputs:
@@ -90,13 +90,19 @@ def _convert_child(child):
 _LEAF = dict(family="nn", profiles=("tiny",))
 
 CASES = [
-    # Thresholds: measured on the pinned stack, with margin (see README for the numbers).
+    # Limits: measured on the pinned stack, with margin (see README for the numbers).
     Case(name="nn_linear", build=build_linear, seed=123, expected_wrapper="QuantLinear",
-         thresholds=Thresholds(max_mean_abs_diff=0.06, max_peir=0.08, circle_max_steps=1.0, circle_mean_steps=0.1),
+         settings={
+             "quant_accuracy": {"max_mean_abs_diff": 0.06, "max_peir": 0.08},
+             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+         },
          export=whole_module_export(), **_LEAF),
     # Circle replay of the decomposed Conv3d differs from torch QUANT by max 4 / mean 0.72 steps.
     Case(name="nn_conv3d", build=build_conv3d, seed=123, expected_wrapper="QuantConv3dDecomposed",
-         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.05, circle_max_steps=4.5, circle_mean_steps=1.0),
+         settings={
+             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.05},
+             "circle_replay": {"max_steps": 4.5, "mean_steps": 1.0},
+         },
          export=whole_module_export(),
          expected_failures={"qparam_audit": Expected(
              "QuantConv3dDecomposed adds the bias as a float constant (bias.reshape(1, C_out, 1, 1), "
@@ -105,13 +111,22 @@ CASES = [
                        r".*quant_conv3d_decomposed\.py.* bias_reshaped = self\.module\.bias\.reshape",))},
          **_LEAF),
     Case(name="nn_conv3d_special_case", build=build_conv3d_patch, seed=123, expected_wrapper="QuantConv3dDecomposed",
-         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.05, circle_max_steps=1.0, circle_mean_steps=0.1),
+         settings={
+             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.05},
+             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+         },
          export=whole_module_export(), **_LEAF),
     Case(name="nn_layernorm", build=build_layernorm, seed=123, expected_wrapper="QuantLayerNorm",
-         thresholds=Thresholds(max_mean_abs_diff=0.12, max_peir=0.12, circle_max_steps=1.0, circle_mean_steps=0.1),
+         settings={
+             "quant_accuracy": {"max_mean_abs_diff": 0.12, "max_peir": 0.12},
+             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+         },
          export=whole_module_export(), **_LEAF),
     Case(name="nn_tied_embedding", build=build_tied, seed=123,
-         thresholds=Thresholds(max_mean_abs_diff=0.1, max_peir=0.05, circle_max_steps=1.5, circle_mean_steps=0.25),
+         settings={
+             "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.05},
+             "circle_replay": {"max_steps": 1.5, "mean_steps": 0.25},
+         },
          wrap=_per_child(_wrap_child), prepare=_per_child(_prepare_child), convert=_per_child(_convert_child),
          export=whole_module_export(),
          not_applicable={

@@ -22,7 +22,6 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
-    Thresholds,
     whole_module_export,
 )
 from harness.capture import first_call_kwarg
@@ -174,14 +173,10 @@ VISION_MODEL = Case(
     output=pooled_output,
     # Measured on the pinned stack at grid (2,4,6): mean 0.0014, max 0.020, PEIR 0.056, SQNR 29.5 dB.
     # Circle replay matches torch QUANT exactly on tico 0.3.0.
-    thresholds=Thresholds(
-        max_mean_abs_diff=0.005,
-        max_abs_diff=0.04,
-        max_peir=0.09,
-        min_sqnr_db=25.0,
-        circle_max_steps=1.0,
-        circle_mean_steps=0.1,
-    ),
+    settings={
+        "quant_accuracy": {"max_mean_abs_diff": 0.005, "max_abs_diff": 0.04, "max_peir": 0.09, "min_sqnr_db": 25.0},
+        "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+    },
     export=ExportCapability(
         adapter=_vision_adapter,
         args=lambda sample: (sample.args[0],),
@@ -281,21 +276,36 @@ _PART = dict(family="qwen3_vl", seed=123, requires=QWEN3_VL_REQUIRES, profiles=P
 
 VISION_PARTS = [
     Case(name="qwen3_vl_vision_mlp", build=build_vision_mlp, expected_wrapper="QuantQwen3VLVisionMLP",
-         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+         settings={
+             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
+             "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+         },
          export=whole_module_export(), **_PART),
     Case(name="qwen3_vl_vision_attention", build=build_vision_attention, expected_wrapper="QuantQwen3VLVisionAttention",
-         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+         settings={
+             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
+             "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+         },
          unused_observers={"obs_scaling": _FOLDED_SCALE, "obs_mul_logits_scale": _FOLDED_SCALE},
          export=_fixed_grid_export(), **_PART),
     Case(name="qwen3_vl_vision_block", build=build_vision_block, expected_wrapper="QuantQwen3VLVisionBlock",
-         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+         settings={
+             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
+             "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+         },
          unused_observers={"attn.wrapped.obs_scaling": _FOLDED_SCALE, "attn.wrapped.obs_mul_logits_scale": _FOLDED_SCALE},
          export=_fixed_grid_export(), **_PART),
     Case(name="qwen3_vl_vision_patch_embed", build=build_patch_embed, expected_wrapper="QuantQwen3VLVisionPatchEmbed",
-         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+         settings={
+             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
+             "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+         },
          export=whole_module_export(), **_PART),
     Case(name="qwen3_vl_vision_patch_merger", build=build_patch_merger, expected_wrapper="QuantQwen3VLVisionPatchMerger",
-         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+         settings={
+             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
+             "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+         },
          export=whole_module_export(), **_PART),
 ]
 
@@ -338,7 +348,10 @@ def build_text_mlp(profile: str) -> Built:
 
 TEXT_PARTS = [
     Case(name="qwen3_vl_text_mlp", build=build_text_mlp, expected_wrapper="QuantQwen3VLTextMLP",
-         thresholds=Thresholds(max_mean_abs_diff=0.05, max_peir=0.1, circle_max_steps=2.0, circle_mean_steps=0.5),
+         settings={
+             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
+             "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+         },
          export=whole_module_export(), **_PART),
 ]
 

@@ -28,7 +28,6 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
-    Thresholds,
     calib_mode_adapter,
 )
 from harness.capture import first_call_kwarg
@@ -512,8 +511,10 @@ CASES = [
         # Circle replay vs torch QUANT as exported: max 11 / mean 0.47 output steps, all of it the
         # rotate-half qparams tico replaces (qparam_consistency): against torch aligned to Circle's
         # qparams max 0 / mean 0, so the limits are the runtime's rounding, not the gap.
-        thresholds=Thresholds(max_mean_abs_diff=0.02, max_abs_diff=0.15, max_peir=0.11, min_sqnr_db=16.0,
-                              circle_max_steps=1.0, circle_mean_steps=0.1),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.02, "max_abs_diff": 0.15, "max_peir": 0.11, "min_sqnr_db": 16.0},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
         mask=MaskCapability(probes=_own_causal_masks),
         unused_observers={"obs_past_key": _PREFILL_CACHE, "obs_past_value": _PREFILL_CACHE, **_ATTN_UNUSED},
         expected_failures={"export_contract": _NO_CALIB_GUARD},
@@ -528,9 +529,10 @@ CASES = [
         # Measured (tiny): mean 0.0618, max 0.190, PEIR 0.087, SQNR 16.0 dB; Circle replay of the output
         # exact, of the returned K / V max 0.53 / 3.58, mean 0.26 / 0.31 of their steps as exported; against
         # torch aligned to the qparams tico replaces (qparam_consistency) max 0.97 / 0 steps.
-        thresholds=Thresholds(max_mean_abs_diff=0.08, max_abs_diff=0.25, max_peir=0.12, min_sqnr_db=13.0,
-                              circle_max_steps=1.0, circle_mean_steps=0.1,
-                              circle_extra_max_steps=1.0, circle_extra_mean_steps=0.45),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.08, "max_abs_diff": 0.25, "max_peir": 0.12, "min_sqnr_db": 13.0},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1, "extra_max_steps": 1.0, "extra_mean_steps": 0.45},
+        },
         unused_observers=_ATTN_UNUSED,
         expected_failures={"export_contract": _NO_CALIB_GUARD},
         export=_attention_export("decode", lambda s: (s.args[0], s.args[1], s.kwargs["attention_mask"],
@@ -541,8 +543,10 @@ CASES = [
         name="qwen3_vl_text_decoder_layer_prefill",
         build=lambda profile: _build_layer(_layer_prefill_sample, profile, 5),
         # Measured (tiny): mean 0.0170, max 0.066, PEIR 0.0106, SQNR 33.5 dB; Circle replay exact.
-        thresholds=Thresholds(max_mean_abs_diff=0.025, max_abs_diff=0.1, max_peir=0.015, min_sqnr_db=30.0,
-                              circle_max_steps=1.0, circle_mean_steps=0.1),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.025, "max_abs_diff": 0.1, "max_peir": 0.015, "min_sqnr_db": 30.0},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
         profiles=_TEXT_PROFILES,
         expected_wrapper="QuantQwen3VLTextDecoderLayer",
         export=ExportCapability(
@@ -564,8 +568,10 @@ CASES = [
         # Measured (tiny): mean 0.0622, max 0.863, PEIR 0.136, SQNR 18.8 dB; Circle replay of the output
         # exact, of the returned K / V max 0.52 / 0.61, mean 0.25 / 0.26 of their steps as exported; against
         # torch aligned to the qparams tico replaces (qparam_consistency) max 0.06 / 0 steps.
-        thresholds=Thresholds(max_mean_abs_diff=0.08, max_abs_diff=1.1, max_peir=0.18, min_sqnr_db=16.0,
-                              circle_max_steps=1.0, circle_mean_steps=0.1),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.08, "max_abs_diff": 1.1, "max_peir": 0.18, "min_sqnr_db": 16.0},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
         unused_observers=_in_layer(_ATTN_UNUSED),
         expected_failures={"export_contract": _NO_CALIB_GUARD},
         export=ExportCapability(
@@ -584,8 +590,10 @@ CASES = [
                                 refuses_calib=False),
         # Measured (tiny): mean 0.0652, max 0.406, PEIR 0.069, SQNR 21.0 dB; Circle replay
         # (FAKE_QUANTIZE) vs torch QUANT: max 12 / mean 1.26 output steps.
-        thresholds=Thresholds(max_mean_abs_diff=0.085, max_abs_diff=0.55, max_peir=0.1, min_sqnr_db=18.0,
-                              circle_max_steps=15.0, circle_mean_steps=1.6),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.085, "max_abs_diff": 0.55, "max_peir": 0.1, "min_sqnr_db": 18.0},
+            "circle_replay": {"max_steps": 15.0, "mean_steps": 1.6},
+        },
         rotary=RotaryCapability(tables=_text_model_rotary),
         mask=MaskCapability(probes=_text_model_masks),
         unused_observers={**_TEXT_ONLY_UNUSED, **{f"layers.*.wrapped.{k}": v for k, v in _in_layer(_ATTN_UNUSED).items()},
@@ -598,7 +606,9 @@ CASES = [
         name="qwen3_vl_model",
         build=partial(_build_mm, False),
         # Measured (tiny): mean 0.0656, max 0.498, PEIR 0.074, SQNR 21.3 dB (last hidden state).
-        thresholds=Thresholds(max_mean_abs_diff=0.085, max_abs_diff=0.65, max_peir=0.1, min_sqnr_db=18.0),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.085, "max_abs_diff": 0.65, "max_peir": 0.1, "min_sqnr_db": 18.0},
+        },
         expected_wrapper="QuantQwen3VLModel",
         expected_failures={"no_side_effects": vision_and_mask_copies(), **_MM_NO_EXPORT},
         **_MM_CASE,
@@ -607,7 +617,9 @@ CASES = [
         name="qwen3_vl_for_conditional_generation",
         build=partial(_build_mm, True),
         # Measured (tiny): mean 0.0101, max 0.082, PEIR 0.063, SQNR 21.6 dB (logits).
-        thresholds=Thresholds(max_mean_abs_diff=0.014, max_abs_diff=0.11, max_peir=0.085, min_sqnr_db=18.0),
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.014, "max_abs_diff": 0.11, "max_peir": 0.085, "min_sqnr_db": 18.0},
+        },
         expected_wrapper="QuantQwen3VLForConditionalGeneration",
         expected_failures={"no_side_effects": vision_and_mask_copies(), **_MM_NO_EXPORT},
         **_MM_CASE,

@@ -6,22 +6,26 @@ from harness.case import (
     CaseDefinitionError,
     CaseInputs,
     ExportCapability,
-    GoldenTolerance,
     MaskCapability,
     MaskProbe,
+    ProfileLimits,
     RotaryCapability,
     RotaryTables,
     Sample,
-    Thresholds,
     first_tensor,
     whole_module_export,
 )
+from harness.check_settings import merged as merged_settings
+from harness.checks.base import Check, CheckResult, Metric, requires_capability
 from harness.checks.export_contract import calib_mode_adapter
 from harness.expectations import Expected
+from harness.portable import GoldenTolerance
 
 __all__ = [
     "Built",
     "Case",
+    "Check",
+    "CheckResult",
     "CaseDefinitionError",
     "CaseInputs",
     "Expected",
@@ -29,11 +33,14 @@ __all__ = [
     "GoldenTolerance",
     "MaskCapability",
     "MaskProbe",
+    "Metric",
+    "ProfileLimits",
     "RotaryCapability",
     "RotaryTables",
     "Sample",
-    "Thresholds",
     "calib_mode_adapter",
     "first_tensor",
+    "merged_settings",
+    "requires_capability",
     "whole_module_export",
 ]

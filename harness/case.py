@@ -13,7 +13,7 @@ import functools
 import importlib.metadata
 import importlib.util
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import torch
@@ -69,56 +69,6 @@ class Built:
     module: torch.nn.Module
     inputs: CaseInputs
     facts: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Per-case acceptance limits. ``None`` means "not gated" and is reported as such."""
-
-    max_mean_abs_diff: float | None = None
-    max_abs_diff: float | None = None
-    max_peir: float | None = None
-    min_sqnr_db: float | None = None
-    # NO_QUANT wrapper vs Hugging Face reference (float parity).
-    noquant_atol: float = 1e-5
-    noquant_rtol: float = 1e-5
-    # Dynamic forward vs static export adapter, same mode.
-    export_atol: float = 1e-5
-    export_rtol: float = 0.0
-    # Wrapper cos/sin tables vs Hugging Face rotary module.
-    rotary_atol: float = 1e-6
-    # Export adapter (eager) vs its torch.export program: exact unless stated.
-    torch_export_atol: float = 0.0
-    # Circle replay vs torch QUANT output, in quantization steps of the output tensor.
-    circle_max_steps: float | None = None
-    circle_mean_steps: float | None = None
-    circle_native_max_steps: float | None = None
-    # The same for every further output the export adapter returns (e.g. the K/V a layer
-    # hands back for the cache), each in its own output scale. None: the limits above apply.
-    circle_extra_max_steps: float | None = None
-    circle_extra_mean_steps: float | None = None
-
-
-@dataclass(frozen=True)
-class GoldenTolerance:
-    """Portable golden limits (harness/portable.py; the numbers come from
-    scripts/golden_noise.py, README "Portable goldens").
-
-    float tensors: max |diff| / max |golden| <= ``float_rel`` (measured noise <= 3.4e-6).
-    observer scales: relative diff <= ``scale_rel`` (noise <= 1.4e-6; one level in 255 is
-    3.9e-3); zero points: |diff| <= ``zero_point_abs``. Quantized outputs: ``err_ratio`` (moved
-    rms / own quantization error rms) <= ``noise_factor`` x the largest value measured across
-    kernel selections (golden/noise.json), never below what ``flip_floor`` one-step rounding
-    flips give, nor below ``err_ratio_min``; ``err_ratio_unmeasured`` when no noise is on record.
-    """
-
-    float_rel: float = 1e-4
-    scale_rel: float = 5e-6
-    zero_point_abs: float = 0.0
-    noise_factor: float = 3.0
-    flip_floor: float = 1.0
-    err_ratio_min: float = 0.0
-    err_ratio_unmeasured: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -229,12 +179,13 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 @dataclass(frozen=True)
 class ProfileLimits:
-    """What a case gates on one profile and where the numbers come from. A profile without an
-    entry is gated by the case's ``thresholds`` (stated for its first profile), and its results
-    say so. ``unused_observers``, when given, replaces the case's allowlist on that profile
-    (an observer can be fed at one width and not at another)."""
+    """What a case gates on one profile and where the numbers come from. ``settings`` (check
+    name -> fields) replaces those fields of the case's ``settings`` on that profile; a profile
+    without an entry is gated by the case's settings (stated for its first profile), and its
+    results say so. ``unused_observers``, when given, replaces the case's allowlist on that
+    profile (an observer can be fed at one width and not at another)."""
 
-    thresholds: Thresholds
+    settings: Mapping[str, Mapping[str, Any]]
     source: str
     unused_observers: Mapping[str, str] | None = None
 
@@ -252,10 +203,11 @@ class Case:
     # profiles) are gated by thresholds only, and their golden item says so.
     golden_profiles: tuple[str, ...] = ("tiny",)
     seed: int = 0
-    thresholds: Thresholds = Thresholds()
-    # profile -> its own limits with their source (python -m harness.limits proposes them).
+    # check name -> {settings field: value}: overrides of the check's defaults (its limits,
+    # tolerances); the check declares the fields (harness/checks/<check>.py, ``Settings``).
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # profile -> its own limits with their source (python -m harness limits proposes them).
     profile_limits: Mapping[str, ProfileLimits] = field(default_factory=dict)
-    golden_tolerance: GoldenTolerance = GoldenTolerance()
     ptq_config: Callable[[str], Any] = default_ptq_config
     output: Callable[[Any], torch.Tensor] = first_tensor
     # How to call the Hugging Face module when its signature differs from the wrapper's
@@ -306,16 +258,11 @@ class Case:
             raise CaseDefinitionError(name, "golden_profiles", f"must be a tuple of profiles the case lists {self.profiles}")
         if not isinstance(self.seed, int):
             raise CaseDefinitionError(name, "seed", f"must be int, got {type(self.seed).__name__}")
-        if not isinstance(self.golden_tolerance, GoldenTolerance):
-            raise CaseDefinitionError(name, "golden_tolerance", f"must be GoldenTolerance, got {type(self.golden_tolerance).__name__}")
-        if not isinstance(self.thresholds, Thresholds):
-            raise CaseDefinitionError(name, "thresholds", f"must be Thresholds, got {type(self.thresholds).__name__}")
-        for f in fields(Thresholds):
-            value = getattr(self.thresholds, f.name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise CaseDefinitionError(
-                    name, f"thresholds.{f.name}", f"must be a number or None, got {type(value).__name__} {value!r}"
-                )
+        if not isinstance(self.settings, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, Mapping) for k, v in self.settings.items()
+        ):
+            raise CaseDefinitionError(name, "settings", "must map check names to {field: value} mappings "
+                                      "(the fields are checked against each check's settings when collected)")
         for attr in ("wrap", "prepare", "convert", "reference_call"):
             if getattr(self, attr) is not None and not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable or None")
@@ -347,15 +294,15 @@ class Case:
             if profile not in self.profiles:
                 raise CaseDefinitionError(name, f"profile_limits[{profile!r}]", f"names a profile the case does not "
                                           f"run ({self.profiles})")
+            if not isinstance(limits.settings, Mapping) or not all(
+                    isinstance(k, str) and isinstance(v, Mapping) for k, v in limits.settings.items()):
+                raise CaseDefinitionError(name, f"profile_limits[{profile!r}].settings", "must map check names to "
+                                          "{field: value} mappings")
             if not isinstance(limits.source, str) or not limits.source.strip():
                 raise CaseDefinitionError(name, f"profile_limits[{profile!r}].source", "must say where the limits "
                                           "come from")
         if self.export is not None and not self.export.samples:
             raise CaseDefinitionError(name, "export.samples", "must name at least one evaluation sample")
-
-    def thresholds_for(self, profile: str) -> Thresholds:
-        limits = self.profile_limits.get(profile)
-        return limits.thresholds if limits is not None else self.thresholds
 
     def limits_source(self, profile: str) -> str:
         """Where the limits gating ``profile`` come from, as results and reports show it."""
@@ -363,8 +310,8 @@ class Case:
         if limits is not None:
             return limits.source
         if profile == self.profiles[0]:
-            return "the case's thresholds (measured on this profile; see the case file)"
-        return (f"no limits stated for profile {profile!r}: the case's thresholds for {self.profiles[0]!r} apply "
+            return "the case's settings (measured on this profile; see the case file)"
+        return (f"no limits stated for profile {profile!r}: the case's settings for {self.profiles[0]!r} apply "
                 f"unchanged")
 
     def unused_observers_for(self, profile: str) -> Mapping[str, str]:

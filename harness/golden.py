@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import torch
 
 from harness import portable
-from harness.case import GoldenTolerance
+from harness.portable import GoldenTolerance
 from harness.observer_trace import producing_observers
 from harness.overhead import overhead
 from harness.pipeline import Pipeline, unwrap

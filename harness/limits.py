@@ -3,48 +3,39 @@
     ./scripts/env.sh pytest -n auto --profile e2b_dims --wrapq-report-dir=reports/e2b-native
     ATEN_CPU_CAPABILITY=default ./scripts/env.sh pytest -n auto --profile e2b_dims \\
         --no-circle-cache --no-export-cache --wrapq-report-dir=reports/e2b-scalar
-    ./scripts/env.sh python -m harness.limits --profile e2b_dims \\
+    ./scripts/env.sh python -m harness limits --profile e2b_dims \\
         reports/e2b-native/results.json reports/e2b-scalar/results.json
 
-Each results.json is one clean run (on tico as pinned) under one kernel selection. For every
-case of the profile, each gated metric's worst value over the runs becomes a limit with
-``MARGIN`` headroom (SQNR: ``SQNR_MARGIN_DB`` below the worst); Circle step limits never go
-below one rounding flip (mean steps below ``MEAN_STEPS_FLOOR``). The output is a module (``LIMITS = {case: (fields, source)}``)
-to review and save as ``cases/_limits_<profile>.py``; case files apply it with
-``cases._shared_diagnoses.with_profile_limits``. Each source states the measured values,
-the runs and the margin. A limit is only as good as the runs it was measured on: measure on clean tico, under
-more than one kernel selection, and say so in the source.
+Each results.json is one clean run (on tico as pinned) under one kernel selection. What is
+gated comes from the checks' declarations: every metric a check declares with ``limit`` (the
+settings field gating it). For every case of the profile, each gated metric's worst value over
+the runs becomes a limit with ``MARGIN`` headroom (a "higher is better" metric in dB:
+``SQNR_MARGIN_DB`` below the worst), never below the metric's declared ``floor`` (e.g. one
+rounding flip of the Circle runtime). Only fields the case gates (not None in the settings the
+run recorded) are proposed, plus a ``limit_fallback`` metric whose own limit would exceed its
+fallback's. The output is a module (``LIMITS = {case: ({check: {field: limit}}, source)}``) to
+review and save as ``cases/_limits_<profile>.py``; case files apply it with
+``cases._profile_limits.with_profile_limits``. Each source states the measured values, the
+runs and the margin. A limit is only as good as the runs it was measured on: measure on clean
+tico, under more than one kernel selection, and say so in the source.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 # Headroom over the worst clean value seen across kernel selections: the cross-selection spread
 # measured on the tiny goldens is far below it (README "Portable goldens"), while the seeded
 # observer defects move these metrics by more than it.
 MARGIN = 1.25
 SQNR_MARGIN_DB = 1.5
-ROUNDING_FLIP_STEPS = 1.0
-# A few elements flipping by one step on another CPU must not fail the mean either (the tiny
-# profile's Circle limits use the same 0.1).
-MEAN_STEPS_FLOOR = 0.1
 
-# threshold field -> (check, metric, direction): "max" limits the worst (largest) value,
-# "min" the worst (smallest).
-GATED = {
-    "max_mean_abs_diff": ("quant_accuracy", "mean_abs_diff", "max"),
-    "max_abs_diff": ("quant_accuracy", "max_abs_diff", "max"),
-    "max_peir": ("quant_accuracy", "peir", "max"),
-    "min_sqnr_db": ("quant_accuracy", "sqnr_db", "min"),
-    "circle_max_steps": ("circle_replay", "fake_quantize_max_steps", "max"),
-    "circle_mean_steps": ("circle_replay", "fake_quantize_mean_steps", "max"),
-    "circle_extra_max_steps": ("circle_replay", "fake_quantize_out*_max_steps", "max"),
-    "circle_extra_mean_steps": ("circle_replay", "fake_quantize_out*_mean_steps", "max"),
-}
+Field = tuple[str, str]  # (check, settings field)
 
 
 def _round_up(value: float) -> float:
@@ -59,7 +50,13 @@ def _round_down(value: float) -> float:
     return math.floor(value * 10) / 10
 
 
-def _values(records: list[dict], check: str, metric: str) -> list[float]:
+def gated_metrics(checks: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(check, metric declaration) for every metric a check declares a limit for."""
+    return [(name, metric) for name, meta in sorted(checks.items()) for metric in meta.get("metrics") or []
+            if metric.get("limit")]
+
+
+def _values(records: list[dict], check: str, pattern: str) -> list[float]:
     """The metric on every sample the check gates (suffixes like [padded] included)."""
     found = []
     for record in records:
@@ -68,92 +65,101 @@ def _values(records: list[dict], check: str, metric: str) -> list[float]:
         for key, value in (record.get("metrics") or {}).items():
             if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
                 continue
-            base = key.split("[")[0]
-            if "*" in metric:
-                prefix, suffix = metric.split("*")
-                if base.startswith(prefix) and base.endswith(suffix) and "as_exported" not in base:
-                    found.append(float(value))
-            elif base == metric:
+            if fnmatch.fnmatchcase(key.split("[")[0], pattern):
                 found.append(float(value))
     return found
 
 
-def _gated_fields(records: list[dict]) -> set[str] | None:
-    """The threshold fields the case gates (not None), from quant_accuracy's evidence."""
+def _stated(records: list[dict], check: str) -> dict[str, Any] | None:
+    """The settings the run recorded for the check (what the case gates), if any record has them."""
     for record in records:
-        stated = (record.get("evidence") or {}).get("thresholds") if record["check"] == "quant_accuracy" else None
-        if stated:
-            return {field for field, value in stated.items() if value is not None}
+        if record["check"] == check and isinstance(record.get("settings"), dict):
+            return record["settings"]
     return None
 
 
-def propose(runs: list[list[dict]], profile: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """case -> threshold field -> (limit, worst measured value), for the fields the case gates
-    (an extra-output Circle limit also where the extra outputs need more than the main one)."""
+def _limit(metric: dict[str, Any], values: list[float]) -> tuple[float, float]:
+    if metric.get("better") == "higher":
+        worst = min(values)
+        limit = _round_down(worst - SQNR_MARGIN_DB) if metric.get("unit") == "dB" else _round_down(worst / MARGIN)
+        return limit, worst
+    worst = max(values)
+    limit = _round_up(worst * MARGIN)
+    if metric.get("floor") is not None:
+        limit = max(limit, float(metric["floor"]))
+    return limit, worst
+
+
+def propose(runs: list[list[dict]], profile: str, checks: dict[str, dict[str, Any]]
+            ) -> dict[str, dict[Field, tuple[float, float, str]]]:
+    """case -> (check, field) -> (limit, worst measured value, metric), for the fields the case gates."""
     by_case: dict[str, list[dict]] = {}
     for records in runs:
         for record in records:
             if record.get("profile") == profile:
                 by_case.setdefault(record["case"], []).append(record)
-    proposals: dict[str, dict[str, tuple[float, float]]] = {}
+    proposals: dict[str, dict[Field, tuple[float, float, str]]] = {}
     for case, records in sorted(by_case.items()):
-        gated = _gated_fields(records)
-        fields = {}
-        for field, (check, metric, direction) in GATED.items():
-            values = _values(records, check, metric)
+        fields: dict[Field, tuple[float, float, str]] = {}
+        for check, metric in gated_metrics(checks):
+            values = _values(records, check, metric["name"])
             if not values:
                 continue
-            if direction == "min":
-                worst = min(values)
-                fields[field] = (_round_down(worst - SQNR_MARGIN_DB), worst)
-            else:
-                worst = max(values)
-                limit = _round_up(worst * MARGIN)
-                if field in ("circle_max_steps", "circle_extra_max_steps"):
-                    limit = max(limit, ROUNDING_FLIP_STEPS)
-                if field in ("circle_mean_steps", "circle_extra_mean_steps"):
-                    limit = max(limit, MEAN_STEPS_FLOOR)
-                fields[field] = (limit, worst)
-        if gated is not None:
-            for extra, main in (("circle_extra_max_steps", "circle_max_steps"),
-                                ("circle_extra_mean_steps", "circle_mean_steps")):
-                if extra in fields and extra not in gated and main in fields and fields[extra][0] > fields[main][0]:
-                    gated.add(extra)
-            fields = {field: value for field, value in fields.items() if field in gated}
+            stated = _stated(records, check)
+            limit, worst = _limit(metric, values)
+            own = metric["limit"]
+            if stated is None or stated.get(own) is not None:
+                fields[(check, own)] = (limit, worst, metric["name"])
+                continue
+            fallback = metric.get("limit_fallback")
+            if fallback and stated.get(fallback) is not None:
+                fallback_metric = next((m for c, m in gated_metrics(checks) if c == check and m["limit"] == fallback), None)
+                fallback_values = _values(records, check, fallback_metric["name"]) if fallback_metric else []
+                fallback_limit = _limit(fallback_metric, fallback_values)[0] if fallback_values else stated[fallback]
+                if limit > fallback_limit:
+                    fields[(check, own)] = (limit, worst, metric["name"])
         if fields:
             proposals[case] = fields
     return proposals
 
 
-def render(proposals: dict[str, dict[str, tuple[float, float]]], profile: str, run_names: list[str]) -> str:
+def render(proposals: dict[str, dict[Field, tuple[float, float, str]]], profile: str, run_names: list[str]) -> str:
     """A reviewable module: each case's gated fields and the source of the numbers."""
-    margin = (f"{MARGIN}x the worst (SQNR {SQNR_MARGIN_DB} dB below it; Circle steps never below one flip, "
-              f"mean steps never below {MEAN_STEPS_FLOOR})")
-    lines = [f'"""Limits for profile {profile!r}, proposed by python -m harness.limits from clean runs '
+    margin = (f"{MARGIN}x the worst (dB metrics {SQNR_MARGIN_DB} dB below it; never below a metric's floor: "
+              f"one flip for Circle steps, 0.1 for mean steps)")
+    lines = [f'"""Limits for profile {profile!r}, proposed by python -m harness limits from clean runs '
              f"({', '.join(run_names)}) and reviewed.",
              "",
-             "Each entry replaces the gated fields of the case's thresholds on this profile (the other",
-             'fields stay as the case states them); its source says what was measured."""',
+             "Each entry replaces those settings fields of the case on this profile (the other fields",
+             'stay as the case states them); its source says what was measured."""',
              "",
              "LIMITS = {"]
     for case, fields in proposals.items():
-        measured = ", ".join(f"{GATED[field][1].replace('fake_quantize_', 'circle ')} {worst:.4g}"
-                             for field, (_, worst) in fields.items())
+        measured = ", ".join(f"{metric} {worst:.4g}" for (_, _), (_, worst, metric) in fields.items())
         source = (f"measured on clean tico, {profile}, worst over {len(run_names)} kernel selection(s) "
                   f"({', '.join(run_names)}): {measured}; limits {margin}")
-        args = ", ".join(f'"{field}": {limit:g}' for field, (limit, _) in fields.items())
-        lines.append(f'    "{case}": ({{{args}}},\n        {source!r}),')
+        by_check: dict[str, dict[str, float]] = {}
+        for (check, field), (limit, _, _) in fields.items():
+            by_check.setdefault(check, {})[field] = limit
+        body = ", ".join(f'"{check}": {{' + ", ".join(f'"{f}": {v:g}' for f, v in values.items()) + "}"
+                         for check, values in by_check.items())
+        lines.append(f'    "{case}": ({{{body}}},\n        {source!r}),')
     lines.append("}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.limits", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness limits", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", required=True)
     parser.add_argument("results", nargs="+", type=Path, help="results.json of clean runs of the profile")
     args = parser.parse_args(argv)
-    runs = [json.loads(path.read_text())["results"] for path in args.results]
-    proposals = propose(runs, args.profile)
+    docs = [json.loads(path.read_text()) for path in args.results]
+    checks = {name: meta for doc in docs for name, meta in ((doc.get("run") or {}).get("checks") or {}).items()}
+    if not checks:
+        from harness.checks import all_checks, describe_checks
+
+        checks = describe_checks(all_checks())
+    proposals = propose([doc["results"] for doc in docs], args.profile, checks)
     if not proposals:
         print(f"no gated metric of profile {args.profile!r} in {', '.join(map(str, args.results))}")
         return 1

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import golden, portable
-from harness.case import GoldenTolerance
+from harness.portable import GoldenTolerance
 
 GATED = ("float_rel", "scale_rel", "zero_point_abs", "err_ratio")
 

@@ -143,10 +143,12 @@ class Pipeline:
         # The last snapshot taken, while nothing can have changed since (reused as a baseline).
         self._latest: dict[tuple, Any] | None = None
 
-    @property
-    def thresholds(self) -> Any:
-        """The limits that gate this profile (the case's own, or its profile_limits entry)."""
-        return self.case.thresholds_for(self.profile)
+    def check_settings(self, check: Any) -> Any:
+        """``check``'s settings for this case and profile: its defaults, the case's overrides,
+        then the profile's (harness/check_settings.py)."""
+        from harness.check_settings import resolve
+
+        return resolve(check, self.case, self.profile)
 
     # -- stage machinery -------------------------------------------------
     def _stage(self, name: str, compute: Callable[[], Any]) -> Any:

@@ -9,6 +9,7 @@ controller, which alone writes ``reports/results.json``.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 import time
@@ -18,7 +19,8 @@ from typing import Any
 import pytest
 
 from harness.case import Case, CaseDefinitionError
-from harness.checks import all_checks
+from harness.check_settings import validate as validate_settings
+from harness.checks import all_checks, describe_checks
 from harness.checks.base import Check, CheckResult
 from harness.pipeline import PipelineCache, RunSettings, StageError
 from harness.results import ResultCollector, jsonable
@@ -29,6 +31,12 @@ from harness.drift import describe_moves, label_record, read_pins, render_drift_
 from harness.scheduling import ShardSpecError, assign_shards, load_durations, longest_first, parse_shard, write_durations
 
 DEFAULT_PROFILE = "tiny"
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from harness import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -174,7 +182,9 @@ def pytest_configure(config: pytest.Config) -> None:
     profiles = config.getoption("wrapq_profiles") or [DEFAULT_PROFILE]
     state = _State(cases_dirs=cases_dirs, profiles=profiles, config=config)
     config.stash[_STATE] = state
-    for check in all_checks():
+    # Registered before the state plugin: conftest and -p plugins are loaded by now.
+    state.checks = all_checks(check for found in config.hook.pytest_wrapq_checks(config=config) for check in found)
+    for check in state.checks:
         register_marker(config, check.name, f"the {check.name} check of every case")
     for capability in CAPABILITY_MARKERS:
         register_marker(config, capability, f"every check of cases that declare a {capability} capability")
@@ -234,6 +244,7 @@ class _State:
             except ValueError:
                 prefixes.append(cases_dir.as_posix() + "/")
         self.collector = ResultCollector(case_nodeid_prefixes=tuple(prefixes))
+        self.checks: list[Check] = []  # set in pytest_configure, once plugins can contribute
 
     def process_stats(self) -> dict[str, Any]:
         return {"overhead": overhead_totals(), "peak_rss_mb": round(peak_rss_mb(), 1),
@@ -279,7 +290,7 @@ class _State:
         if self.workers:
             workers["controller"] = self.process_stats()
         extra = {"golden_set": golden_set_id(self.pipelines.settings.golden_dir), "shard": self.shard_label,
-                 "processes": workers}
+                 "processes": workers, "checks": describe_checks(self.checks)}
         if self.drift_moves is not None:
             for record in self.collector.records.values():
                 label_record(record, self.drift_moves)
@@ -309,7 +320,7 @@ class _State:
         from harness.summary import render_summary_table
 
         terminalreporter.section("wrapq summary")
-        terminalreporter.write_line(render_summary_table(self.collector.records))
+        terminalreporter.write_line(render_summary_table(self.collector.records, describe_checks(self.checks)))
         if self.drift_moves is not None:
             terminalreporter.section("wrapq drift")
             terminalreporter.write_line(render_drift_table(self.collector.records, self.drift_moves))
@@ -364,7 +375,7 @@ class CaseFile(pytest.File):
         except Exception as exc:  # noqa: BLE001 - a broken case file fails alone, the session goes on
             yield DefinitionErrorItem.from_parent(self, name="<definition>", error=exc)
             return
-        checks = all_checks()
+        checks = state.checks
         names = {check.name for check in checks}
         for case in cases:
             for field_name in ("not_applicable", "expected_failures"):
@@ -373,6 +384,12 @@ class CaseFile(pytest.File):
                     error = CaseDefinitionError(case.name, field_name, f"names no check: {', '.join(unknown)} "
                                                 f"(checks: {', '.join(sorted(names))})")
                     yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.{field_name}>", error=error)
+            settings_errors = validate_settings(case, checks)
+            for error in settings_errors:
+                yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.{error.field_name}>",
+                                                      error=error)
+            if settings_errors:
+                continue  # its checks cannot be judged with settings that do not exist
             for profile in case.profiles:
                 if state.wants(case, profile):
                     yield CaseNode.from_parent(self, name=f"{case.name}[{profile}]", case=case, profile=profile, checks=checks)
@@ -476,6 +493,9 @@ class CheckItem(pytest.Item):
             raise CaseDefinitionError(self.case.name, "name", f"duplicate case name, also defined in {self.duplicate_of}")
         pipeline = self.config.stash[_STATE].pipelines.get(self.case, self.profile)
         pipeline.nodeid = self.parent.nodeid
+        if self.check.settings is not None:
+            # What gated this item, in its record: reports and `python -m harness limits` read it.
+            self._record(settings=dataclasses.asdict(pipeline.check_settings(self.check)))
         pipeline.guard_start()
         start = time.perf_counter()
         try:

@@ -27,12 +27,34 @@ from __future__ import annotations
 import functools
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from harness.case import GoldenTolerance
+
+@dataclass(frozen=True)
+class GoldenTolerance:
+    """Portable golden limits: the golden check's settings (a case overrides them with
+    ``settings={"golden": {...}}``; the numbers come from scripts/golden_noise.py, README
+    "Portable goldens").
+
+    float tensors: max |diff| / max |golden| <= ``float_rel`` (measured noise <= 3.4e-6).
+    observer scales: relative diff <= ``scale_rel`` (noise <= 1.4e-6; one level in 255 is
+    3.9e-3); zero points: |diff| <= ``zero_point_abs``. Quantized outputs: ``err_ratio`` (moved
+    rms / own quantization error rms) <= ``noise_factor`` x the largest value measured across
+    kernel selections (golden/noise.json), never below what ``flip_floor`` one-step rounding
+    flips give, nor below ``err_ratio_min``; ``err_ratio_unmeasured`` when no noise is on record.
+    """
+
+    float_rel: float = 1e-4
+    scale_rel: float = 5e-6
+    zero_point_abs: float = 0.0
+    noise_factor: float = 3.0
+    flip_floor: float = 1.0
+    err_ratio_min: float = 0.0
+    err_ratio_unmeasured: float = 0.5
 
 QUANTIZED_PREFIXES = ("quant_output.", "export_output.")
 NOISE_FILE = "noise.json"

@@ -1,10 +1,13 @@
-"""Terminal summary: one row per case x profile, failures first."""
+"""Terminal summary: one row per case x profile, failures first; the metric columns are the
+headline metrics the checks declare (harness/headline.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from tabulate import tabulate
+
+from harness.headline import headline_columns, headline_values
 
 _MARK = {"xfailed": "xfail", "passed": "ok", "failed": "FAIL", "error": "ERR", "crashed": "CRASH", "skipped": "-", "not_run": "?"}
 _BAD = {"failed", "error", "crashed", "not_run"}
@@ -16,32 +19,27 @@ def _fmt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def render_summary_table(records: dict[str, dict[str, Any]]) -> str:
+def render_summary_table(records: dict[str, dict[str, Any]], checks: Mapping[str, Mapping[str, Any]]) -> str:
     rows: dict[tuple[str, str], dict[str, Any]] = {}
-    checks: list[str] = []
+    names: list[str] = []
     for rec in records.values():
         if rec.get("case") is None:
             key = (rec["nodeid"], "")
         else:
             key = (rec["case"], rec["profile"])
-        row = rows.setdefault(key, {"checks": {}, "metrics": {}, "bad": False, "seconds": 0.0})
+        row = rows.setdefault(key, {"marks": {}, "records": {}, "bad": False, "seconds": 0.0})
         check = rec.get("check") or "<definition>"
-        if check not in checks:
-            checks.append(check)
-        row["checks"][check] = _MARK.get(rec["outcome"], rec["outcome"])
+        if check not in names:
+            names.append(check)
+        row["marks"][check] = _MARK.get(rec["outcome"], rec["outcome"])
+        row["records"][check] = rec
         row["bad"] |= rec["outcome"] in _BAD
         row["seconds"] += float(rec.get("duration") or 0.0)
-        if check in ("quant_accuracy", "circle_replay", "qparam_audit"):
-            row["metrics"].update(rec.get("metrics") or {})
-    checks.sort(key=lambda c: (c == "<definition>", c))
+    names.sort(key=lambda c: (c == "<definition>", c))
+    columns = headline_columns(checks)
     table = []
     for (case, profile), row in sorted(rows.items(), key=lambda kv: (not kv[1]["bad"], kv[0])):
-        m = row["metrics"]
-        table.append(
-            [case, profile]
-            + [row["checks"].get(c, "") for c in checks]
-            + [_fmt(m.get("peir")), _fmt(m.get("mean_abs_diff")), _fmt(m.get("max_abs_diff")), _fmt(m.get("sqnr_db")),
-               _fmt(m.get("fake_quantize_max_steps")), _fmt(m.get("missing_qparam")), f"{row['seconds']:.1f}"]
-        )
-    headers = ["case", "profile"] + checks + ["PEIR", "mean|d|", "max|d|", "SQNR dB", "Circle steps", "no-qparam", "time s"]
+        table.append([case, profile] + [row["marks"].get(c, "") for c in names]
+                     + [_fmt(v) for v in headline_values(row["records"], columns)] + [f"{row['seconds']:.1f}"])
+    headers = ["case", "profile"] + names + [label for _, _, label in columns] + ["time s"]
     return tabulate(table, headers=headers, tablefmt="simple")

@@ -11,7 +11,7 @@ from tests.helpers import PINNED
 
 DRIFT_CASES = '''
 import torch
-from harness import Built, Case, CaseInputs, Expected, Sample, Thresholds
+from harness import Built, Case, CaseInputs, Expected, Sample
 
 
 def build_linear(profile):
@@ -25,7 +25,7 @@ def build_broken(profile):
 
 
 CASES = [
-    Case(name="too_strict", family="nn", build=build_linear, thresholds=Thresholds(max_peir=1e-12)),
+    Case(name="too_strict", family="nn", build=build_linear, settings={"quant_accuracy": {"max_peir": 1e-12}}),
     Case(name="api_moved", family="nn", build=build_broken),
     Case(name="fixed_upstream", family="nn", build=build_linear,
          expected_failures={"noquant_parity": Expected("pretend the wrapper was broken on the pinned stack",

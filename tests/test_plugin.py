@@ -20,7 +20,7 @@ LINEAR_APPLICABLE = sum(1 for check in all_checks() if check.applies(_PLAIN) is 
 
 TOY_CASES = '''
 import torch
-from harness import Built, Case, CaseInputs, Sample, Thresholds
+from harness import Built, Case, CaseInputs, Sample
 
 
 def build_linear(profile):
@@ -31,7 +31,7 @@ def build_linear(profile):
 
 CASES = [
     Case(name="toy_linear", family="nn", build=build_linear, profiles=("tiny", "wide"),
-         golden_profiles=("tiny", "wide"), thresholds=Thresholds(max_peir=0.3)),
+         golden_profiles=("tiny", "wide"), settings={"quant_accuracy": {"max_peir": 0.3}}),
     Case(name="toy_future", family="nn", build=build_linear, min_versions={"transformers": "99.0"}),
     Case(name="toy_missing", family="nn", build=build_linear, requires=("no_such_module_xyz",)),
 ]
@@ -120,7 +120,7 @@ def test_second_case_directory_and_golden_kept_for_tiny_only(pytester):
     (pytester.path / "extra" / "cases").mkdir(parents=True)
     nightly = textwrap.dedent(TOY_CASES).split("CASES = [")[0] + textwrap.dedent('''
         CASES = [Case(name="toy_nightly", family="nn", build=build_linear, profiles=("tiny", "wide"),
-                      thresholds=Thresholds(max_peir=0.3))]
+                      settings={"quant_accuracy": {"max_peir": 0.3}})]
     ''')
     (pytester.path / "extra" / "cases" / "nightly.py").write_text(nightly)
     result = pytester.runpytest_subprocess("--profile", "wide", "-k", "golden or quant_accuracy", "-rs")
@@ -178,7 +178,7 @@ def test_history_flag_appends_each_run(project):
 
 def test_failing_check_reports_clear_message(project):
     (project.path / "cases" / "strict.py").write_text(
-        textwrap.dedent(TOY_CASES).replace("max_peir=0.3", "max_peir=1e-9").replace('"toy_', '"strict_')
+        textwrap.dedent(TOY_CASES).replace("\"max_peir\": 0.3", "\"max_peir\": 1e-9").replace('"toy_', '"strict_')
     )
     result = project.runpytest_subprocess("-k", "strict_linear and tiny and quant_accuracy")
     result.assert_outcomes(failed=1)
@@ -193,16 +193,20 @@ def test_malformed_case_fails_alone_with_case_and_field(project):
     (project.path / "cases" / "broken.py").write_text(
         textwrap.dedent(
             """
-            from harness import Case, Thresholds
-            CASES = [Case(name="bad_case", family="nn", build=lambda p: None, thresholds=Thresholds(max_peir="0.1"))]
+            from harness import Case
+            CASES = [Case(name="bad_case", family="nn", build=lambda p: None,
+                          settings={"quant_accuracy": {"max_peir": "0.1"}, "circle_replay": {"max_stepz": 1}})]
             """
         )
     )
     result = project.runpytest_subprocess("-k", "broken or (toy_linear and tiny and quant_accuracy)")
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(
-        ["*malformed case definition in broken.py: case 'bad_case': field 'thresholds.max_peir': must be a number or None, got str*"]
-    )
+    # One definition item per bad setting; the case's checks are not run on settings that do not exist.
+    result.assert_outcomes(passed=1, failed=2)
+    out = result.stdout.str()
+    assert ("malformed case definition in broken.py: case 'bad_case': field \"settings['quant_accuracy'].max_peir\": "
+            "must be a number or None, got str '0.1'") in out
+    assert ("case 'bad_case': field \"settings['circle_replay']\": circle_replay has no setting 'max_stepz' "
+            "(settings: max_steps, mean_steps, ") in out
 
 
 def test_duplicate_case_names_fail_both_copies(project):

@@ -85,7 +85,7 @@ def test_comparison_over_zero_elements_is_a_problem_not_a_pass():
 
 CASES = '''
 import torch
-from harness import Built, Case, CaseInputs, Expected, Sample, Thresholds
+from harness import Built, Case, CaseInputs, Expected, Sample
 
 
 def build_linear(profile):
@@ -96,10 +96,10 @@ def build_linear(profile):
 
 PEIR = Expected("diagnosed: PEIR above a deliberately impossible limit", problems=(r"PEIR \\S+ exceeds threshold",))
 CASES = [
-    Case(name="expected_only", family="toy", build=build_linear, thresholds=Thresholds(max_peir=1e-12),
+    Case(name="expected_only", family="toy", build=build_linear, settings={"quant_accuracy": {"max_peir": 1e-12}},
          expected_failures={"quant_accuracy": PEIR}),
     Case(name="extra_problem", family="toy", build=build_linear,
-         thresholds=Thresholds(max_peir=1e-12, max_mean_abs_diff=1e-12), expected_failures={"quant_accuracy": PEIR}),
+         settings={"quant_accuracy": {"max_peir": 1e-12, "max_mean_abs_diff": 1e-12}}, expected_failures={"quant_accuracy": PEIR}),
     Case(name="fixed", family="toy", build=build_linear, expected_failures={"quant_accuracy": PEIR}),
     Case(name="typo", family="other", build=build_linear, not_applicable={"quant_acuracy": "typo in a check name"}),
 ]

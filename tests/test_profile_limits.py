@@ -9,23 +9,32 @@ import dataclasses
 import pytest
 
 from cases.nn import CASES as NN_CASES
-from harness.case import CaseDefinitionError, ProfileLimits, Thresholds
+from harness.case import CaseDefinitionError, ProfileLimits
+from harness.check_settings import validate
+from harness.checks import all_checks, describe_checks
+from harness.checks.quant_accuracy import CHECK as QUANT_ACCURACY
 from harness.limits import propose, render
 from harness.pipeline import Pipeline
+
+CHECKS = describe_checks(all_checks())
 
 LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
 
 
 def test_a_profile_gets_its_own_limits_and_allowlist():
     case = dataclasses.replace(LINEAR, profiles=("tiny", "wide"), profile_limits={
-        "wide": ProfileLimits(Thresholds(max_peir=0.5), source="measured: peir 0.4; 1.25x",
+        "wide": ProfileLimits({"quant_accuracy": {"max_peir": 0.5}}, source="measured: peir 0.4; 1.25x",
                               unused_observers={"obs_x": "never fed at this width"})})
-    assert case.thresholds_for("wide").max_peir == 0.5
-    assert case.thresholds_for("tiny") == LINEAR.thresholds
+    wide = Pipeline(case, "wide").check_settings(QUANT_ACCURACY)
+    tiny = Pipeline(case, "tiny").check_settings(QUANT_ACCURACY)
+    assert wide.max_peir == 0.5
+    # the profile replaces only the field it names; the case's other limits hold on both profiles
+    assert wide.max_mean_abs_diff == tiny.max_mean_abs_diff == LINEAR.settings["quant_accuracy"]["max_mean_abs_diff"]
+    assert tiny.max_peir == LINEAR.settings["quant_accuracy"]["max_peir"]
     assert case.unused_observers_for("wide") == {"obs_x": "never fed at this width"}
     assert case.unused_observers_for("tiny") == LINEAR.unused_observers
     assert case.limits_source("wide") == "measured: peir 0.4; 1.25x"
-    assert Pipeline(case, "wide").thresholds.max_peir == 0.5
+    assert validate(case, all_checks()) == []
 
 
 def test_a_profile_without_limits_says_so():
@@ -34,8 +43,9 @@ def test_a_profile_without_limits_says_so():
 
 
 @pytest.mark.parametrize("limits, field", [
-    ({"huge": ProfileLimits(Thresholds(), source="x")}, "profile_limits['huge']"),
-    ({"tiny": ProfileLimits(Thresholds(), source=" ")}, "profile_limits['tiny'].source"),
+    ({"huge": ProfileLimits({}, source="x")}, "profile_limits['huge']"),
+    ({"tiny": ProfileLimits({}, source=" ")}, "profile_limits['tiny'].source"),
+    ({"tiny": ProfileLimits({"quant_accuracy": 0.1}, source="x")}, "profile_limits['tiny'].settings"),
 ])
 def test_bad_profile_limits_are_definition_errors(limits, field):
     with pytest.raises(CaseDefinitionError, match=field.replace("[", r"\[").replace("]", r"\]")):
@@ -49,22 +59,31 @@ def _record(case, check, metrics, profile="wide"):
 def test_the_proposer_takes_the_worst_run_and_states_its_margin():
     native = [dict(_record("c", "quant_accuracy", {"peir": 0.08, "sqnr_db": 20.0, "peir[padded]": 0.09,
                                                    "mean_abs_diff": 0.5}),
-                   evidence={"thresholds": {"max_peir": 0.05, "min_sqnr_db": 25.0, "circle_max_steps": 1.0,
-                                            "max_mean_abs_diff": None}}),
-              _record("c", "circle_replay", {"fake_quantize_max_steps": 0.0, "fake_quantize_mean_steps": 0.0,
-                                             "fake_quantize_as_exported_max_steps": 9.0,
-                                             "fake_quantize_out1_max_steps": 3.0}),
+                   settings={"max_peir": 0.05, "min_sqnr_db": 25.0, "max_mean_abs_diff": None, "max_abs_diff": None}),
+              dict(_record("c", "circle_replay", {"fake_quantize_max_steps": 0.0, "fake_quantize_mean_steps": 0.0,
+                                                  "fake_quantize_as_exported_max_steps": 9.0,
+                                                  "fake_quantize_out1_max_steps": 3.0}),
+                   settings={"max_steps": 1.0, "mean_steps": None, "extra_max_steps": None, "extra_mean_steps": None,
+                             "native_max_steps": None}),
               _record("c", "quant_accuracy", {"peir": 5.0}, profile="tiny")]
     scalar = [_record("c", "quant_accuracy", {"peir": 0.1, "sqnr_db": 19.0})]
-    proposal = propose([native, scalar], "wide")["c"]
-    assert proposal["max_peir"] == (0.13, 0.1)  # 0.1 x 1.25, rounded up; the tiny run is ignored
-    assert proposal["min_sqnr_db"] == (17.5, 19.0)
-    assert proposal["circle_max_steps"] == (1.0, 0.0)  # never below one rounding flip
+    proposal = propose([native, scalar], "wide", CHECKS)["c"]
+    limits = {field: value[:2] for field, value in proposal.items()}
+    assert limits[("quant_accuracy", "max_peir")] == (0.13, 0.1)  # 0.1 x 1.25, rounded up; the tiny run is ignored
+    assert limits[("quant_accuracy", "min_sqnr_db")] == (17.5, 19.0)
+    assert limits[("circle_replay", "max_steps")] == (1.0, 0.0)  # never below one rounding flip (the metric's floor)
     # the extra outputs need more than the main limit: an extra limit; as-exported metrics are not gated
-    assert proposal["circle_extra_max_steps"] == (3.8, 3.0)
-    assert "max_mean_abs_diff" not in proposal and "circle_mean_steps" not in proposal  # not gated by the case
+    assert limits[("circle_replay", "extra_max_steps")] == (3.8, 3.0)
+    # not gated by the case
+    assert ("quant_accuracy", "max_mean_abs_diff") not in limits and ("circle_replay", "mean_steps") not in limits
     text = render({"c": proposal}, "wide", ["native", "scalar"])
     assert "LIMITS = {" in text and "worst over 2 kernel selection(s) (native, scalar)" in text
+    namespace: dict = {}
+    exec(text, namespace)  # the proposal is a module the case files can apply as it is
+    settings, source = namespace["LIMITS"]["c"]
+    assert settings == {"quant_accuracy": {"max_peir": 0.13, "min_sqnr_db": 17.5},
+                        "circle_replay": {"max_steps": 1.0, "extra_max_steps": 3.8}}
+    assert "peir 0.1" in source
 
 
 def test_every_nightly_case_states_its_limits_and_no_entry_is_stale():

@@ -80,8 +80,8 @@ def test_history_flags_a_regression_after_three_runs(tmp_path):
     out = tmp_path / "dashboard.html"
     summary = history.dashboard(db, out, window=5, margin=0.1)
     assert summary["runs"] == 3
-    assert ("good_case", "tiny", "peir") in summary["regressions"]
-    assert ("good_case", "tiny", "sqnr_db") not in summary["regressions"]
+    assert ("good_case", "tiny", "quant_accuracy", "peir") in summary["regressions"]
+    assert ("good_case", "tiny", "quant_accuracy", "sqnr_db") not in summary["regressions"]
     html = out.read_text()
     assert "REGRESSED" in html and 'class="trendline"' in html
 

@@ -1,7 +1,14 @@
-"""What a check is: a function of a pipeline returning a CheckResult, plus when it applies."""
+"""What a check is: a function of a pipeline returning a CheckResult, plus what it owns --
+when it applies, its settings (with defaults a case overrides by check name), the metrics it
+reports (name, direction, unit, the setting that gates it) and its report fragment. The
+summary, the HTML report, the history and ``python -m harness limits`` read these
+declarations from the registry (or from results.json, which carries them), never a list of
+check or metric names of their own."""
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -42,8 +49,49 @@ class CheckResult:
 
 
 @dataclass(frozen=True)
+class Metric:
+    """A number a check reports in ``CheckResult.metrics``.
+
+    ``name`` may hold ``*`` (fnmatch) for families of keys, e.g. one per extra output; keys a
+    check adds per evaluation sample (``peir[padded]``) match their base name. ``better`` is
+    "lower" or "higher" (the history tracks the metric and flags a move the wrong way) or None
+    (information, not tracked). ``limit`` names the check's settings field that gates it, so
+    ``python -m harness limits`` can propose it. ``headline`` metrics get a column in the
+    terminal summary and the report overview. ``floor`` is the smallest limit worth stating
+    (e.g. one rounding flip of the Circle runtime); ``limit_fallback`` names the settings field
+    that gates the metric while ``limit`` is None (extra outputs fall back to output 0's limit)."""
+
+    name: str
+    better: str | None = "lower"
+    unit: str = ""
+    label: str = ""
+    limit: str | None = None
+    headline: bool = False
+    floor: float | None = None
+    limit_fallback: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.better not in ("lower", "higher", None):
+            raise ValueError(f"metric {self.name!r}: better must be 'lower', 'higher' or None, got {self.better!r}")
+
+    def matches(self, key: str) -> bool:
+        return fnmatch.fnmatchcase(key.split("[")[0], self.name)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "better": self.better, "unit": self.unit, "label": self.label or self.name,
+                "limit": self.limit, "headline": self.headline, "floor": self.floor,
+                "limit_fallback": self.limit_fallback}
+
+
+@dataclass(frozen=True)
 class Check:
-    """A generic check. ``applies(case)`` returns None when applicable, else the reason."""
+    """A generic check. ``applies(case)`` returns None when applicable, else the reason.
+
+    ``settings`` is a frozen dataclass whose defaults hold for every case; a case overrides
+    fields by check name (``Case(settings={"<check>": {"field": value}})``) and per profile
+    (``ProfileLimits``), and the check reads the merged instance with ``pipeline.settings(CHECK)``.
+    ``report`` is a jinja2 fragment rendered (autoescaped) in the HTML report under the check's
+    row, with ``rec`` (its record in results.json) in scope."""
 
     name: str
     run: Callable[[Any], CheckResult]
@@ -51,6 +99,34 @@ class Check:
     description: str = ""
     # like ``applies`` but for one profile of the case (e.g. goldens are kept for some only)
     applies_to_profile: Callable[[Case, str], str | None] = lambda case, profile: None
+    settings: type | None = None
+    metrics: tuple[Metric, ...] = ()
+    report: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.settings is not None and not (dataclasses.is_dataclass(self.settings) and isinstance(self.settings, type)):
+            raise TypeError(f"check {self.name!r}: settings must be a dataclass type, got {self.settings!r}")
+        if self.settings is not None:
+            missing = [f.name for f in dataclasses.fields(self.settings)
+                       if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+            if missing:
+                raise TypeError(f"check {self.name!r}: every settings field needs a default ({', '.join(missing)})")
+        names = {f.name for f in dataclasses.fields(self.settings)} if self.settings is not None else set()
+        for metric in self.metrics:
+            for field_name in (metric.limit, metric.limit_fallback):
+                if field_name is not None and field_name not in names:
+                    raise TypeError(f"check {self.name!r}: metric {metric.name!r} is gated by {field_name!r}, "
+                                    f"which is no field of its settings")
+
+    def describe(self) -> dict[str, Any]:
+        """What results.json carries about the check, so reports need no registry."""
+        return {"description": self.description, "metrics": [m.describe() for m in self.metrics],
+                "report": self.report}
+
+
+# A report fragment for checks whose evidence is best read as it is.
+EVIDENCE_DETAILS = ("{% if rec.get('evidence') %}<details><summary>evidence</summary><pre>{{ rec.evidence | tojson_pretty }}"
+                    "</pre></details>{% endif %}")
 
 
 def requires_capability(capability: str) -> Callable[[Case], str | None]:

@@ -7,7 +7,7 @@ import fnmatch
 
 import torch
 
-from harness.checks.base import Check, CheckResult
+from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult
 from harness.pipeline import unwrap
 
 
@@ -56,4 +56,4 @@ def run(pipeline) -> CheckResult:
     return result
 
 
-CHECK = Check(name="calibration_coverage", run=run, description=__doc__.splitlines()[0])
+CHECK = Check(name="calibration_coverage", run=run, description=__doc__.splitlines()[0], report=EVIDENCE_DETAILS)

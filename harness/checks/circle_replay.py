@@ -7,10 +7,11 @@ like FAKE_QUANTIZE where the runtime executes the graph. The runtime's by-design
 NATIVE exception fails."""
 
 import re
+from dataclasses import dataclass
 
 import torch
 
-from harness.checks.base import Check, CheckResult, requires_capability
+from harness.checks.base import Check, CheckResult, Metric, requires_capability
 from harness.metrics import as_float, nonfinite_summary
 from harness.qparam_consistency import aligned_to_circle
 
@@ -22,11 +23,28 @@ from harness.qparam_consistency import aligned_to_circle
 ROUNDING_FLIP_STEPS = 1.0
 # Steps are a float ratio: 2.0000001 steps is two steps.
 STEP_SLACK = 1e-4
+# A few elements flipping by one step on another CPU must not fail a mean-steps limit either:
+# no proposed mean limit is below this (python -m harness limits).
+MEAN_STEPS_FLOOR = 0.1
 # tico's CircleReferenceRuntime refuses NATIVE execution of ops whose integer arithmetic is
 # backend-defined (FULLY_CONNECTED, RMS_NORM, CONV_2D, ... on tico 0.3.0): not applicable by its
 # design. Any other exception in NATIVE replay is a failure.
 NATIVE_BY_DESIGN = re.compile(r"on integer quantized tensors has backend-defined integer arithmetic and is not "
                               r"executed in NATIVE mode")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Circle replay vs torch QUANT, in quantization steps of each Circle output tensor.
+    ``extra_*`` gate every further output the export adapter returns (e.g. the K/V a layer hands
+    back for the cache), each in its own scale; None: the output-0 limits apply. NATIVE is held
+    to ``native_max_steps``, else to ``max_steps``."""
+
+    max_steps: float | None = None
+    mean_steps: float | None = None
+    native_max_steps: float | None = None
+    extra_max_steps: float | None = None
+    extra_mean_steps: float | None = None
 
 
 def _aligned_torch_outputs(pipeline, result: CheckResult) -> list | None:
@@ -127,7 +145,7 @@ def _replay(result: CheckResult, pipeline, mode: str, label: str, aligned: list 
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
-    th = pipeline.thresholds
+    th = pipeline.check_settings(CHECK)
     artifact = pipeline.circle
     result.evidence["circle_file"] = getattr(artifact, "path", None)
     result.evidence["circle_bytes"] = len(artifact.binary)
@@ -136,8 +154,8 @@ def run(pipeline) -> CheckResult:
     result.evidence["limits_source"] = pipeline.case.limits_source(pipeline.profile)
     result.notes += artifact.notes
     aligned = _aligned_torch_outputs(pipeline, result)
-    _replay(result, pipeline, "fake_quantize", "FAKE_QUANTIZE", aligned, th.circle_max_steps, th.circle_mean_steps,
-            (th.circle_extra_max_steps, th.circle_extra_mean_steps))
+    _replay(result, pipeline, "fake_quantize", "FAKE_QUANTIZE", aligned, th.max_steps, th.mean_steps,
+            (th.extra_max_steps, th.extra_mean_steps))
     try:
         pipeline.circle_outputs("native")
     except Exception as exc:  # noqa: BLE001 - sorted below: by-design refusal vs failure
@@ -153,9 +171,35 @@ def run(pipeline) -> CheckResult:
     else:
         result.metrics["native_supported"] = True
         # Without a NATIVE limit of its own, NATIVE is held to the FAKE_QUANTIZE limits.
-        native_max = th.circle_native_max_steps if th.circle_native_max_steps is not None else th.circle_max_steps
-        _replay(result, pipeline, "native", "NATIVE", aligned, native_max, th.circle_mean_steps)
+        native_max = th.native_max_steps if th.native_max_steps is not None else th.max_steps
+        _replay(result, pipeline, "native", "NATIVE", aligned, native_max, th.mean_steps)
     return result
 
 
-CHECK = Check(name="circle_replay", run=run, applies=requires_capability("export"), description=__doc__.splitlines()[0])
+CHECK = Check(
+    name="circle_replay",
+    run=run,
+    applies=requires_capability("export"),
+    description=__doc__.splitlines()[0],
+    settings=Settings,
+    metrics=(
+        Metric("fake_quantize_max_steps", unit="steps", label="Circle steps", limit="max_steps", headline=True,
+               floor=ROUNDING_FLIP_STEPS),
+        Metric("fake_quantize_mean_steps", unit="steps", label="Circle mean steps", limit="mean_steps",
+               floor=MEAN_STEPS_FLOOR),
+        Metric("fake_quantize_out*_max_steps", unit="steps", label="Circle extra-output steps", limit="extra_max_steps",
+               floor=ROUNDING_FLIP_STEPS, limit_fallback="max_steps"),
+        Metric("fake_quantize_out*_mean_steps", unit="steps", label="Circle extra-output mean steps",
+               limit="extra_mean_steps", floor=MEAN_STEPS_FLOOR, limit_fallback="mean_steps"),
+        Metric("fake_quantize_max_abs_diff", label="Circle max |diff|"),
+        Metric("fake_quantize_as_exported_max_steps", better=None, unit="steps", label="Circle steps as exported"),
+        Metric("native_max_steps", unit="steps", label="NATIVE steps", limit="native_max_steps"),
+    ),
+    report="""{% set m = rec.get("metrics") or {} %}{% set t = rec.get("settings") or {} %}
+{% if m %}<table class="limits"><tr><th>Circle vs torch</th><th>value</th><th>limit</th></tr>
+<tr><td>max / mean steps</td><td>{{ m.get("fake_quantize_max_steps") | num }} / {{ m.get("fake_quantize_mean_steps") | num }}</td>
+<td>&le; {{ t.get("max_steps") | num }} / {{ t.get("mean_steps") | num }}</td></tr>
+{% if m.get("fake_quantize_as_exported_max_steps") is not none %}<tr><td>max steps as exported</td>
+<td>{{ m.get("fake_quantize_as_exported_max_steps") | num }}</td><td class="muted">not gated (see qparam_consistency)</td></tr>{% endif %}
+</table>{% endif %}""",
+)

@@ -4,8 +4,18 @@ The adapter bakes position tables and masks into buffers; the dynamic path compu
 call. Any difference means the exported model is not the model that was calibrated and
 evaluated. Checked on every sample the case's export capability names (padded ones too)."""
 
-from harness.checks.base import Check, CheckResult, requires_capability
+from dataclasses import dataclass
+
+from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult, Metric, requires_capability
 from harness.compare import compare_close
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Dynamic forward vs static export adapter, same mode."""
+
+    atol: float = 1e-5
+    rtol: float = 0.0
 
 
 _MODE_LABEL = {"noquant": "NO_QUANT", "quant": "QUANT"}
@@ -13,7 +23,7 @@ _MODE_LABEL = {"noquant": "NO_QUANT", "quant": "QUANT"}
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
-    th = pipeline.thresholds
+    th = pipeline.check_settings(CHECK)
     export = pipeline.case.export
     modes = ("noquant", "quant")
     if export.quant_only:
@@ -26,8 +36,8 @@ def run(pipeline) -> CheckResult:
                 f"{_MODE_LABEL[mode]} dynamic forward vs export adapter [{name}]",
                 pipeline.output(mode, name),
                 pipeline.export_output(mode, name),
-                atol=th.export_atol,
-                rtol=th.export_rtol,
+                atol=th.atol,
+                rtol=th.rtol,
                 valid_tokens=valid,
             )
             result.evidence[f"{mode}[{name}]"] = metrics
@@ -43,4 +53,7 @@ CHECK = Check(
     run=run,
     applies=requires_capability("export"),
     description=__doc__.splitlines()[0],
+    settings=Settings,
+    report=EVIDENCE_DETAILS,
+    metrics=(Metric("max_abs_diff", label="dynamic vs export max |diff|"),),
 )

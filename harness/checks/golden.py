@@ -7,7 +7,7 @@ statistic over its limit, how far beyond the measured cross-platform noise it is
 library versions and platform differ from the manifest."""
 
 from harness import golden, portable
-from harness.checks.base import Check, CheckResult
+from harness.checks.base import Check, CheckResult, Metric
 
 
 def run(pipeline) -> CheckResult:
@@ -57,7 +57,7 @@ def run(pipeline) -> CheckResult:
     if not measured:
         result.notes.append(f"no measured platform noise for {case} in {settings.golden_dir}/noise.json: quantized "
                             f"outputs held to the unmeasured limit; measure with scripts/golden_noise.py")
-    evidence, problems = golden.compare(stored, current, manifest, pipeline.case.golden_tolerance, measured)
+    evidence, problems = golden.compare(stored, current, manifest, pipeline.check_settings(CHECK), measured)
     result.evidence.update(evidence)
     where = f" [golden written on another platform: {'; '.join(platform)}]" if problems and platform else ""
     for problem in problems:
@@ -74,4 +74,16 @@ def applies_to_profile(case, profile: str) -> str | None:
             f"the {profile} profile is gated by its thresholds")
 
 
-CHECK = Check(name="golden", run=run, description=__doc__.splitlines()[0], applies_to_profile=applies_to_profile)
+CHECK = Check(
+    name="golden",
+    run=run,
+    description=__doc__.splitlines()[0],
+    applies_to_profile=applies_to_profile,
+    settings=portable.GoldenTolerance,
+    metrics=(
+        Metric("drifted", label="drifted tensors"),
+        Metric("worst_score", label="golden score (1 = at the limit)"),
+        Metric("tensors", better=None, label="golden tensors"),
+    ),
+    report="""{% if rec.get("evidence") %}<details><summary>golden drift details</summary><pre>{{ rec.evidence | tojson_pretty }}</pre></details>{% endif %}""",
+)

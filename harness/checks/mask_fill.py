@@ -4,7 +4,7 @@ configured fill value on every other pair."""
 
 import torch
 
-from harness.checks.base import Check, CheckResult, requires_capability
+from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult, Metric, requires_capability
 from harness.metrics import nonfinite_summary
 
 
@@ -65,4 +65,6 @@ CHECK = Check(
     run=run,
     applies=requires_capability("mask"),
     description=__doc__.splitlines()[0],
+    metrics=(Metric("wrong_pairs", label="mask pairs wrong"),),
+    report=EVIDENCE_DETAILS,
 )

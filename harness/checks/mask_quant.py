@@ -5,7 +5,7 @@ weight below 1e-6 in each valid query row. Catches the calibrated-without-paddin
 
 import torch
 
-from harness.checks.base import Check, CheckResult, requires_capability
+from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult, Metric, requires_capability
 from harness.metrics import nonfinite_summary
 
 MAX_MASKED_WEIGHT = 1e-6
@@ -52,4 +52,7 @@ def run(pipeline) -> CheckResult:
     return result
 
 
-CHECK = Check(name="mask_quant", run=run, applies=requires_capability("mask"), description=__doc__.splitlines()[0])
+CHECK = Check(name="mask_quant", run=run, applies=requires_capability("mask"), description=__doc__.splitlines()[0],
+              metrics=(Metric("max_masked_weight", label="max masked softmax weight"),
+                       Metric("fill_after_quant", better=None, label="mask fill after fake-quant")),
+              report=EVIDENCE_DETAILS)

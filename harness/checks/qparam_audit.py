@@ -3,7 +3,7 @@ the case's allowlist with a reason. Unexplained float nodes fail, each with its 
 
 from collections import Counter
 
-from harness.checks.base import Check, CheckResult, requires_capability
+from harness.checks.base import Check, CheckResult, Metric, requires_capability
 
 
 def run(pipeline) -> CheckResult:
@@ -35,4 +35,21 @@ def run(pipeline) -> CheckResult:
     return result
 
 
-CHECK = Check(name="qparam_audit", run=run, applies=requires_capability("export"), description=__doc__.splitlines()[0])
+CHECK = Check(
+    name="qparam_audit",
+    run=run,
+    applies=requires_capability("export"),
+    description=__doc__.splitlines()[0],
+    metrics=(
+        Metric("missing_qparam", label="no-qparam", headline=True),
+        Metric("missing_unexplained", label="no-qparam, unexplained"),
+        Metric("quantized_nodes", better=None, label="quantized nodes"),
+        Metric("float_nodes", better=None, label="float nodes"),
+    ),
+    report="""{% set m = rec.get("metrics") or {} %}{% if m %}<div>{{ m.get("quantized_nodes") }} quantized, {{ m.get("float_nodes") }} float nodes;
+  {{ m.get("missing_qparam") }} without qparam ({{ m.get("missing_allowlisted") }} allowlisted)</div>{% endif %}
+{% for node in (rec.get("evidence") or {}).get("missing") or [] %}
+<details class="qparam-node"><summary><code>{{ node.name }}</code> {{ node.target }} ({{ node.users }} users){% if node.get("allowed_because") %} &mdash; allowed: {{ node.allowed_because }}{% endif %}</summary>
+  <pre class="stack-trace">{{ node.stack_trace }}</pre></details>
+{% endfor %}""",
+)

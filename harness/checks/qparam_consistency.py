@@ -2,7 +2,7 @@
 is fake-quantized in torch with qparams that tico's passes later replace (one tensor, two
 qparams), so the torch QUANT output is what the Circle model computes."""
 
-from harness.checks.base import Check, CheckResult, requires_capability
+from harness.checks.base import Check, CheckResult, Metric, requires_capability
 from harness.qparam_consistency import describe
 
 
@@ -29,4 +29,6 @@ def run(pipeline) -> CheckResult:
 
 
 CHECK = Check(name="qparam_consistency", run=run, applies=requires_capability("export"),
-              description=__doc__.splitlines()[0])
+              description=__doc__.splitlines()[0],
+              metrics=(Metric("overwritten_qparams", label="tensors with two qparams"),
+                       Metric("applied_fake_quants", better=None, label="fake-quants applied")))

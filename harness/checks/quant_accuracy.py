@@ -4,16 +4,25 @@ Gates shape, finiteness, mean/max |diff|, PEIR and SQNR on the default evaluatio
 other samples (e.g. padded) are measured on valid positions and gated by the same limits,
 unless the case names them in ``ungated_samples`` with a reason (recorded as a note)."""
 
-import dataclasses
+from dataclasses import dataclass
 
-from harness.checks.base import Check, CheckResult
+from harness.checks.base import Check, CheckResult, Metric
 from harness.metrics import NonFiniteError, accuracy_metrics, error_histogram, scatter_sample, select_valid
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Per-case accuracy limits; None means "not gated" and is reported as such."""
+
+    max_mean_abs_diff: float | None = None
+    max_abs_diff: float | None = None
+    max_peir: float | None = None
+    min_sqnr_db: float | None = None
 
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
-    th = pipeline.thresholds
-    result.evidence["thresholds"] = dataclasses.asdict(th)
+    th = pipeline.check_settings(CHECK)
     result.evidence["limits_source"] = pipeline.case.limits_source(pipeline.profile)
     if pipeline.profile not in pipeline.case.profile_limits and pipeline.profile != pipeline.case.profiles[0]:
         result.notes.append(result.evidence["limits_source"])
@@ -50,4 +59,25 @@ def run(pipeline) -> CheckResult:
     return result
 
 
-CHECK = Check(name="quant_accuracy", run=run, description=__doc__.splitlines()[0])
+CHECK = Check(
+    name="quant_accuracy",
+    run=run,
+    description=__doc__.splitlines()[0],
+    settings=Settings,
+    metrics=(
+        Metric("peir", label="PEIR", limit="max_peir", headline=True),
+        Metric("mean_abs_diff", label="mean |d|", limit="max_mean_abs_diff", headline=True),
+        Metric("max_abs_diff", label="max |d|", limit="max_abs_diff", headline=True),
+        Metric("sqnr_db", better="higher", unit="dB", label="SQNR dB", limit="min_sqnr_db", headline=True),
+        Metric("cosine", better="higher", label="cosine"),
+    ),
+    report="""{% set m = rec.get("metrics") or {} %}{% set t = rec.get("settings") or {} %}
+<table class="limits"><tr><th>metric</th><th>value</th><th>limit</th></tr>
+<tr><td>mean |diff|</td><td>{{ m.get("mean_abs_diff") | num }}</td><td>&le; {{ t.get("max_mean_abs_diff") | num }}</td></tr>
+<tr><td>max |diff|</td><td>{{ m.get("max_abs_diff") | num }}</td><td>&le; {{ t.get("max_abs_diff") | num }}</td></tr>
+<tr><td>PEIR</td><td>{{ m.get("peir") | num }}</td><td>&le; {{ t.get("max_peir") | num }}</td></tr>
+<tr><td>SQNR dB</td><td>{{ m.get("sqnr_db") | num }}</td><td>&ge; {{ t.get("min_sqnr_db") | num }}</td></tr>
+<tr><td>cosine</td><td>{{ m.get("cosine") | num }}</td><td class="muted">not gated</td></tr></table>
+{% set ev = (rec.get("evidence") or {}).get("default") or {} %}<div class="charts">{{ ev.get("scatter") | scatter }}
+{{ ev.get("error_histogram") | histogram }}</div>""",
+)

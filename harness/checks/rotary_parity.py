@@ -4,13 +4,22 @@ Compared directly, because a uniform position shift cancels inside attention and
 output parity cannot see it. Cases supply tables for non-square grids (and temporal > 1
 where the model has time) so height/width mix-ups show."""
 
-from harness.checks.base import Check, CheckResult, requires_capability
+from dataclasses import dataclass
+
+from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult, Metric, requires_capability
 from harness.compare import compare_close
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Wrapper cos/sin vs HF's rotary module, absolute tolerance (rtol 0)."""
+
+    atol: float = 1e-6
 
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
-    atol = pipeline.thresholds.rotary_atol
+    atol = pipeline.check_settings(CHECK).atol
     tables = pipeline.case.rotary.tables(pipeline.wrapped, pipeline.built.module, pipeline.built)
     if not tables:
         result.fail("case rotary capability returned no tables to compare")
@@ -37,4 +46,7 @@ CHECK = Check(
     run=run,
     applies=requires_capability("rotary"),
     description=__doc__.splitlines()[0],
+    settings=Settings,
+    report=EVIDENCE_DETAILS,
+    metrics=(Metric("max_abs_diff", label="cos/sin max |diff|"),),
 )

@@ -3,14 +3,23 @@ computation. The program is exported once per case and reused by the Circle and 
 on a rerun whose adapter executes exactly as before, its recorded output and facts are reused
 (harness/export_reuse.py)."""
 
-from harness.checks.base import Check, CheckResult, requires_capability
+from dataclasses import dataclass
+
+from harness.checks.base import Check, CheckResult, Metric, requires_capability
 from harness.compare import compare_close
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Eager export adapter vs its torch.export program: exact unless a case states a tolerance."""
+
+    atol: float = 0.0
 
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
     name = pipeline.export_sample_name
-    atol = pipeline.thresholds.torch_export_atol
+    atol = pipeline.check_settings(CHECK).atol
     metrics, problem = compare_close(
         f"torch.export program vs eager export adapter [{name}]",
         pipeline.export_output("quant", name),
@@ -30,4 +39,6 @@ def run(pipeline) -> CheckResult:
     return result
 
 
-CHECK = Check(name="torch_export", run=run, applies=requires_capability("export"), description=__doc__.splitlines()[0])
+CHECK = Check(name="torch_export", run=run, applies=requires_capability("export"), description=__doc__.splitlines()[0],
+              settings=Settings, metrics=(Metric("max_abs_diff", label="export max |diff|"),
+                                          Metric("graph_nodes", better=None, label="graph nodes")))

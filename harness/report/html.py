@@ -1,5 +1,7 @@
 """Self-contained HTML report (inline CSS, SVG and a few lines of JS; no network), rendered
-with jinja2 autoescaping from results.json alone -- the same file CI keeps as an artifact."""
+with jinja2 autoescaping from results.json alone -- the same file CI keeps as an artifact.
+Its metric columns are the checks' declared headline metrics, and each check's details are
+its own report fragment (``Check.report``), both carried in results.json."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from harness.headline import headline_columns, headline_values
 from harness.report import svg
 from harness.results import atomic_write_text
 
@@ -23,6 +26,7 @@ def _worst(outcomes: list[str]) -> str:
 
 def case_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per (case, profile) with its checks, headline metrics and rerun command."""
+    columns = headline_columns((doc.get("run") or {}).get("checks") or {})
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for rec in doc.get("results", []):
         key = (rec.get("case") or rec["nodeid"], rec.get("profile") or "")
@@ -37,17 +41,28 @@ def case_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for row in rows.values():
         row["status"] = _worst([r["outcome"] for r in row["checks"].values()])
-        acc = row["checks"].get("quant_accuracy", {})
-        row["metrics"] = acc.get("metrics") or {}
-        row["accuracy_evidence"] = (acc.get("evidence") or {}).get("default") or {}
-        row["thresholds"] = (acc.get("evidence") or {}).get("thresholds") or {}
-        row["circle"] = row["checks"].get("circle_replay", {}).get("metrics") or {}
-        row["audit"] = row["checks"].get("qparam_audit", {})
+        row["headline"] = headline_values(row["checks"], columns)
         base = f"{row['file']}::{row['case']}[{row['profile']}]" if row["profile"] else row["file"]
         row["rerun"] = f"./scripts/env.sh pytest '{base}'"
         row["anchor"] = f"{row['case']}-{row['profile']}".replace("[", "").replace("]", "")
         out.append(row)
     return sorted(out, key=lambda r: (STATUS_ORDER.index(r["status"]) if r["status"] in STATUS_ORDER else 0, r["case"], r["profile"]))
+
+
+def _fragments(env: jinja2.Environment, checks: dict[str, Any]) -> dict[str, jinja2.Template]:
+    """Each check's report fragment, compiled once; a fragment that does not compile is shown as
+    such in the report rather than breaking it."""
+    compiled = {}
+    for name, meta in checks.items():
+        source = meta.get("report")
+        if not source:
+            continue
+        try:
+            compiled[name] = env.from_string(source)
+        except jinja2.TemplateError as exc:
+            compiled[name] = env.from_string("<p class=\"failed\">report fragment of {{ check }} does not compile: "
+                                             "{{ error }}</p>", globals={"check": name, "error": str(exc)})
+    return compiled
 
 
 def _env() -> jinja2.Environment:
@@ -70,8 +85,23 @@ def render_report(doc: dict[str, Any]) -> str:
     checks = sorted({name for row in rows for name in row["checks"]})
     families = sorted({row["family"] for row in rows})
     statuses = [s for s in STATUS_ORDER if any(row["status"] == s for row in rows)]
-    return _env().get_template("report.html.j2").render(
-        doc=doc, run=doc.get("run", {}), rows=rows, checks=checks, families=families, statuses=statuses
+    declared = (doc.get("run") or {}).get("checks") or {}
+    env = _env()
+    fragments = _fragments(env, declared)
+
+    def fragment(name: str, rec: dict[str, Any]) -> Markup:
+        template = fragments.get(name)
+        if template is None:
+            return Markup("")
+        try:
+            return Markup(template.render(rec=rec))
+        except Exception as exc:  # noqa: BLE001 - one check's fragment must not lose the report
+            return Markup(f'<p class="failed">report fragment of {Markup.escape(name)} failed: '
+                          f'{Markup.escape(type(exc).__name__)}: {Markup.escape(str(exc))}</p>')
+
+    return env.get_template("report.html.j2").render(
+        doc=doc, run=doc.get("run", {}), rows=rows, checks=checks, families=families, statuses=statuses,
+        columns=headline_columns(declared), fragment=fragment,
     )
 
 

@@ -53,6 +53,8 @@ def merge(docs: list[dict[str, Any]], *, allow_mixed: bool = False) -> dict[str,
             "exitstatus": max(int(r.get("exitstatus") or 0) for r in runs),
             "counts": counts,
             "argv": [],
+            # every check any shard declared (shards of one run declare the same ones)
+            "checks": {name: meta for r in runs for name, meta in (r.get("checks") or {}).items()},
             "merged_from": [
                 {k: r.get(k) for k in ("started_at", "duration_s", "exitstatus", "argv", "counts", "shard")} for r in runs
             ],

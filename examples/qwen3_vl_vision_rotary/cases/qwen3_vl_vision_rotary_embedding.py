@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from harness import Built, Case, CaseInputs, Expected, RotaryCapability, RotaryTables, Sample, Thresholds, whole_module_export
+from harness import Built, Case, CaseInputs, Expected, RotaryCapability, RotaryTables, Sample, whole_module_export
 from harness.pipeline import unwrap
 
 # The tiny Qwen3-VL vision config the in-tree qwen3_vl cases use: head_dim 16, so 4
@@ -117,15 +117,10 @@ CASE = Case(
     # Measured on the pinned stack (uint8 cos/sin, calibrated on the 64-patch grid), worst of the
     # 4/16/64-patch samples: mean |diff| 0.00149, max |diff| 0.00389 (half a step of 2/255),
     # PEIR 0.00389 (seq_4; 0.00196 at 64), SQNR 51.8 dB. Rotary parity (NO_QUANT) is exact: 0.0.
-    thresholds=Thresholds(
-        max_mean_abs_diff=0.002,
-        max_abs_diff=0.005,
-        max_peir=0.005,
-        min_sqnr_db=45.0,
-        # Circle FAKE_QUANTIZE replay of both outputs matched torch QUANT exactly (0 steps).
-        circle_max_steps=0.5,
-        circle_mean_steps=0.1,
-    ),
+    settings={
+        "quant_accuracy": {"max_mean_abs_diff": 0.002, "max_abs_diff": 0.005, "max_peir": 0.005, "min_sqnr_db": 45.0},
+        "circle_replay": {"max_steps": 0.5, "mean_steps": 0.1},
+    },
     rotary=RotaryCapability(tables=_rotary_tables),
     # The module itself is exported, position_ids as an input (no static adapter). Circle
     # replay compares both outputs, cos and sin, each in steps of its own output scale.
