@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from harness import compat
 from harness.circle_cache import CacheEntry, CircleCache, Uncacheable, cache_key
 from harness.qparam_audit import AuditResult, audit_exported_program
 from harness.qparam_consistency import attribute_observers, observer_fake_quants, overwritten_qparams, recording_folds
@@ -69,11 +70,11 @@ def _deferred_fx_codegen() -> Iterator[None]:
     and the captured quantized graph are the same (tests/test_deferred_codegen.py compares
     them; benchmarks/export_costs.py does so for every case). The final graph is compiled
     once at the end, so a graph whose code cannot be generated still fails conversion."""
-    try:
-        from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
-    except ImportError:  # another torch: convert as tico does, only slower
+    lazy_api = compat.lazy_graph_module()
+    if lazy_api is None:  # another torch: convert as tico does, only slower (compat.problems() says so)
         yield
         return
+    _LazyGraphModule, _use_lazy_graph_module = lazy_api
     import tico.utils.convert as convert_module
 
     original = convert_module.traced_run_decompositions
@@ -84,7 +85,7 @@ def _deferred_fx_codegen() -> Iterator[None]:
         eager = program.graph_module
         lazy = _LazyGraphModule.from_graphmodule(eager)
         lazy.meta.update(eager.meta)
-        program._graph_module = lazy
+        compat.replace_program_graph_module(program, lazy)
         decomposed.append(program)
         return program
 
@@ -197,7 +198,7 @@ def replay_circle(artifact: CircleArtifact, args: tuple, mode: str) -> list[np.n
 
     runtime = CircleReferenceRuntime(artifact.binary)
     # Circle inputs are the flattened tensor leaves, in the order torch.export flattens them.
-    leaves, _ = torch.utils._pytree.tree_flatten(args)
+    leaves, _ = compat.tree_flatten(args)
     arrays = [a.detach().cpu().numpy() for a in leaves if isinstance(a, torch.Tensor)]
     if mode == "fake_quantize":
         return list(runtime.run(arrays, mode=ExecutionMode.FAKE_QUANTIZE).outputs)

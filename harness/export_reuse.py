@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from harness import compat
 from harness.circle_cache import Uncacheable, _package_source_hash, _tensor_bytes
 from harness.code_fingerprint import code_digest as _code_digest
 from harness.entry_store import EntryStore
@@ -61,7 +61,7 @@ class ExportRecord:
     """What the export checks take from a traced program (fresh or reused)."""
 
     output_leaves: list[torch.Tensor]
-    output_spec: str  # torch.utils._pytree.treespec_dumps of the program's output
+    output_spec: str  # compat.treespec_dumps (torch's pytree) of the program's output
     graph_nodes: int
     value_guards: list[str]
     symbolic_shapes: list[str]
@@ -72,20 +72,20 @@ class ExportRecord:
     notes: list[str] = dataclasses.field(default_factory=list)
 
     def output(self) -> Any:
-        spec = torch.utils._pytree.treespec_loads(self.output_spec)
-        return torch.utils._pytree.tree_unflatten(self.output_leaves, spec)
+        spec = compat.treespec_loads(self.output_spec)
+        return compat.tree_unflatten(self.output_leaves, spec)
 
 
 def record_from_program(program: Any, args: tuple, circle_key: str | None) -> ExportRecord:
     """Run the traced program on the export inputs and read the facts the checks need."""
     with torch.no_grad():
         output = program.module()(*args)
-    leaves, spec = torch.utils._pytree.tree_flatten(output)
+    leaves, spec = compat.tree_flatten(output)
     guards = [n.name for n in program.graph.nodes
               if n.op == "call_function" and any(g in str(n.target) for g in VALUE_GUARD_TARGETS)]
     return ExportRecord(
         output_leaves=[leaf.detach() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves],
-        output_spec=torch.utils._pytree.treespec_dumps(spec),
+        output_spec=compat.treespec_dumps(spec),
         graph_nodes=len(program.graph.nodes),
         value_guards=guards,
         symbolic_shapes=[str(s) for s in (program.range_constraints or {})],
@@ -152,7 +152,7 @@ def _global_text(value: Any) -> str:
     return f"obj:{type(value).__module__}.{type(value).__qualname__}"
 
 
-class _OpTrace(TorchDispatchMode):
+class _OpTrace(compat.torch_dispatch_mode()):
     """Records every dispatched aten op as a node of a data-flow graph."""
 
     def __init__(self, put: Any) -> None:
@@ -260,7 +260,7 @@ def _execution_key(adapter: torch.nn.Module, args: tuple, trail: list[str] | Non
         h.update(payload)
 
     put("env", _environment())
-    leaves, spec = torch.utils._pytree.tree_flatten(args)
+    leaves, spec = compat.tree_flatten(args)
     put("args.spec", str(spec))
     for i, leaf in enumerate(leaves):
         put(f"args.{i}", _value_text(leaf))
@@ -272,7 +272,7 @@ def _execution_key(adapter: torch.nn.Module, args: tuple, trail: list[str] | Non
     # (op overload caches, lazy imports) that depends on what ran before, not on the adapter.
     _traced_run(runner, run_args, lambda label, text: None)
     output, executed = _traced_run(runner, run_args, put)
-    put("output", _value_text(torch.utils._pytree.tree_leaves(output)))
+    put("output", _value_text(compat.tree_leaves(output)))
     lines = []
     for code, globals_ in executed.values():
         if code.co_filename == __file__:  # this module's own tracing code
@@ -296,7 +296,7 @@ def _traced_run(runner: torch.nn.Module, run_args: tuple, put: Any) -> tuple[Any
                 executed[id(code)] = (code, frame.f_globals)
 
     trace = _OpTrace(put)
-    for i, leaf in enumerate(torch.utils._pytree.tree_leaves(run_args)):
+    for i, leaf in enumerate(compat.tree_leaves(run_args)):
         if isinstance(leaf, torch.Tensor):
             trace.labels[id(leaf)] = f"in{i}"
             trace.alive.append(leaf)

@@ -5,56 +5,47 @@ Files: ``golden/<case>.<profile>.safetensors`` and ``golden/<case>.<profile>.jso
 manifest holds versions, seed, the platform that wrote it, an input hash over what the case
 declares (never float bits), a sketch of every float input compared with a tolerance, and a
 sha256 per tensor, so a stale golden (inputs changed) is told apart from numeric drift, and a
-corrupted file is told apart from both. Writes happen only with ``--update-golden``, under a
-per-case lock, each file replaced atomically, manifest last.
+corrupted file is told apart from both. Writes happen only with ``--update-golden``: each item
+stages its golden (``stage``), and the controller promotes every staged golden at the end of
+the run (``promote``), under a per-case file lock, each file replaced atomically, manifest
+last -- so an interrupted run rewrites nothing, and the run says what it rewrote.
 """
 
 from __future__ import annotations
 
-import fcntl
-import functools
 import hashlib
-import json
-import os
 import time
-from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
 from harness import portable
-from harness.portable import GoldenTolerance
+from harness.golden_store import (  # noqa: F401 - the golden API callers use lives there
+    MANIFEST_SCHEMA,
+    STAGING,
+    GoldenError,
+    golden_set_id,
+    load,
+    orphans,
+    paths,
+    promote,
+    staging_dir,
+    tensor_sha256,
+    update_command,
+    write_files,
+)
+from harness.lifecycle_ops import unwrap
 from harness.observer_trace import producing_observers
-from harness.overhead import overhead
-from harness.pipeline import Pipeline, unwrap
-from harness.results import atomic_write_bytes, atomic_write_text, package_versions
-
-# 2: portable comparison (input hash without float bits, input sketch, platform record).
-MANIFEST_SCHEMA = 2
+from harness.pipeline import Pipeline
+from harness.platform_info import platform_differences, platform_record  # noqa: F401 - re-exported
+from harness.portable import GoldenTolerance
+from harness.results import package_versions
 # A declared float input counts as changed when its sketch moved more than this fraction of
 # its sum |x|. Rounding noise across kernel selections moves it by ~1e-7 (scripts/golden_noise.py);
 # a changed seed, init or input generator moves it by order 1.
 SKETCH_REL = 1e-4
-
-
-class GoldenError(Exception):
-    """A golden file is missing, unreadable or inconsistent; the message says what to do."""
-
-
-def tensor_sha256(t: torch.Tensor) -> str:
-    t = t.detach().contiguous().cpu()
-    h = hashlib.sha256(str(t.dtype).encode() + str(tuple(t.shape)).encode())
-    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
-
-
-def paths(golden_dir: Path, case: str, profile: str) -> tuple[Path, Path]:
-    return golden_dir / f"{case}.{profile}.safetensors", golden_dir / f"{case}.{profile}.json"
-
-
-def update_command(nodeid: str) -> str:
-    return f"./scripts/env.sh pytest '{nodeid}' --update-golden"
 
 
 # -- what is stored ------------------------------------------------------------------
@@ -180,68 +171,46 @@ def sketch_changes(stored: dict[str, list[float]], current: dict[str, list[float
             for label, move in sketch_moves(stored, current).items() if move > SKETCH_REL]
 
 
-KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")
-
-
-@functools.lru_cache(maxsize=1)
-def _machine() -> tuple[str, str, str]:
-    """(CPU model, architecture, BLAS): fixed for the process, read once (every golden item asks)."""
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    blas = next((line.strip(" -") for line in torch.__config__.show().splitlines() if "Math Kernel Library" in line
-                 or "OpenBLAS" in line), "unknown")
-    return cpu, platform.machine(), blas
-
-
-def platform_record() -> dict[str, Any]:
-    """What decides float bits on this machine: CPU, torch's kernel selection, BLAS, threads
-    and the environment variables that override them. Recorded in each manifest, so a golden
-    failure can say whether the golden came from another platform."""
-    cpu, machine, blas = _machine()
-    return {
-        "cpu": cpu,
-        "machine": machine,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "blas": blas,
-        "torch_threads": torch.get_num_threads(),
-        "env": {k: os.environ[k] for k in KERNEL_ENV if k in os.environ},
-    }
-
-
-def platform_differences(manifest: dict[str, Any]) -> list[str]:
-    """How the platform that wrote the golden differs from this one (empty: the same)."""
-    then, now = manifest.get("platform") or {}, platform_record()
-    if not then:
-        return ["golden written before platforms were recorded"]
-    return [f"{k} {then.get(k)!r} -> {now.get(k)!r}" for k in ("cpu", "cpu_capability", "blas", "torch_threads", "env")
-            if then.get(k) != now.get(k)]
-
-
 # -- writing ---------------------------------------------------------------------------
 
 
-@contextmanager
-def _case_lock(golden_dir: Path, case: str, profile: str) -> Iterator[None]:
-    golden_dir.mkdir(parents=True, exist_ok=True)
-    with open(golden_dir / f".{case}.{profile}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def stage(pipeline: Pipeline, staging: Path, collected: tuple[dict, dict] | None = None) -> dict[str, Any]:
+    """Write this (case, profile)'s golden into the run's staging directory; ``promote`` moves
+    it into place when the run ends."""
+    return write(pipeline, staging, collected)
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """What rewriting one golden changes: ``kind`` is 'new', 'changed' (beyond the measured
+    noise, or stale inputs, or another tensor set), 'noise' (bits moved within the portable
+    limits) or 'unchanged' (identical tensors)."""
+
+    kind: str
+    detail: str
+
+
+def classify_rewrite(golden_dir: Path, case: str, profile: str, nodeid: str, current: dict[str, torch.Tensor],
+                     current_hash: str, tolerance: GoldenTolerance) -> Rewrite:
+    try:
+        manifest, stored = load(golden_dir, case, profile, nodeid)
+    except GoldenError as exc:
+        return Rewrite("new", f"no usable golden before ({exc})")
+    if manifest.get("input_hash") != current_hash:
+        return Rewrite("changed", "the case's declared inputs changed (the old golden is stale)")
+    if set(stored) != set(current):
+        gone, added = sorted(set(stored) - set(current)), sorted(set(current) - set(stored))
+        return Rewrite("changed", f"tensor set changed: gone {gone[:5]}, new {added[:5]}")
+    if all(tensor_sha256(stored[k]) == tensor_sha256(current[k]) for k in stored):
+        return Rewrite("unchanged", "identical tensors")
+    measured = portable.load_measured_noise(golden_dir).get("cases", {}).get(case, {})
+    _, problems = compare(stored, current, manifest, tolerance, measured)
+    if problems:
+        return Rewrite("changed", f"{len(problems)} tensor(s) beyond the portable limits, e.g. {problems[0]}")
+    return Rewrite("noise", "bits moved within the measured platform noise")
 
 
 def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | None = None) -> dict[str, Any]:
-    from safetensors.torch import save
-
     tensors, steps = collected or collect(pipeline)
     manifest = {
         "schema": MANIFEST_SCHEMA,
@@ -259,57 +228,11 @@ def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | N
             for key, t in sorted(tensors.items())
         },
     }
-    tensor_path, manifest_path = paths(golden_dir, pipeline.case.name, pipeline.profile)
-    with _case_lock(golden_dir, pipeline.case.name, pipeline.profile):
-        with overhead("golden_io"):
-            atomic_write_bytes(tensor_path, save(tensors, metadata={"input_hash": manifest["input_hash"]}))
-        atomic_write_text(manifest_path, json.dumps(manifest, indent=2, sort_keys=True))
+    write_files(golden_dir, pipeline.case.name, pipeline.profile, tensors, manifest)
     return manifest
 
 
 # -- reading and comparing ---------------------------------------------------------------
-
-
-def load(golden_dir: Path, case: str, profile: str, nodeid: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """Manifest and tensors, verified against each other; GoldenError with the fix otherwise."""
-    with overhead("golden_io"):
-        return _load(golden_dir, case, profile, nodeid)
-
-
-def _load(golden_dir: Path, case: str, profile: str, nodeid: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    from safetensors.torch import load_file
-
-    tensor_path, manifest_path = paths(golden_dir, case, profile)
-    if not tensor_path.exists() and not manifest_path.exists():
-        raise GoldenError(f"no golden for {case}[{profile}] in {golden_dir}; create it with: {update_command(nodeid)}")
-    if not manifest_path.exists():
-        raise GoldenError(f"golden manifest {manifest_path.name} is missing; regenerate with: {update_command(nodeid)}")
-    if not tensor_path.exists():
-        raise GoldenError(f"golden tensors {tensor_path.name} are missing; regenerate with: {update_command(nodeid)}")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-        if manifest.get("schema") != MANIFEST_SCHEMA or not isinstance(manifest.get("tensors"), dict):
-            raise ValueError(f"unsupported manifest schema {manifest.get('schema')!r}")
-    except (ValueError, OSError) as exc:
-        raise GoldenError(f"golden manifest {manifest_path.name} is unreadable: {exc}") from exc
-    try:
-        tensors = load_file(str(tensor_path))
-    except Exception as exc:  # noqa: BLE001 - safetensors raises several types for bad files
-        raise GoldenError(f"golden tensors {tensor_path.name} are unreadable ({type(exc).__name__}: {exc}); "
-                          f"regenerate with: {update_command(nodeid)}") from exc
-    listed, stored = set(manifest["tensors"]), set(tensors)
-    if listed != stored:
-        raise GoldenError(f"golden {tensor_path.name} does not match its manifest: "
-                          f"missing {sorted(listed - stored)[:5]}, unlisted {sorted(stored - listed)[:5]}")
-    for key, entry in manifest["tensors"].items():
-        t = tensors[key]
-        if str(t.dtype).removeprefix("torch.") != entry["dtype"] or list(t.shape) != entry["shape"]:
-            raise GoldenError(f"golden tensor {key}: file holds {t.dtype} {list(t.shape)}, "
-                              f"manifest says {entry['dtype']} {entry['shape']}")
-        if tensor_sha256(t) != entry["sha256"]:
-            raise GoldenError(f"golden tensor {key}: checksum mismatch, the file was modified or corrupted; "
-                              f"regenerate with: {update_command(nodeid)}")
-    return manifest, tensors
 
 
 _EXPLAIN = {
@@ -361,12 +284,3 @@ def version_changes(manifest: dict[str, Any]) -> list[str]:
     return [f"{k} {then.get(k)} -> {now.get(k)}" for k in sorted(set(now) | set(then)) if then.get(k) != now.get(k)]
 
 
-def golden_set_id(golden_dir: Path) -> str | None:
-    """Identity of the committed golden set (hash of every manifest), for merge safety."""
-    manifests = sorted(golden_dir.glob("*.json")) if golden_dir.is_dir() else []
-    if not manifests:
-        return None
-    h = hashlib.sha256()
-    for path in manifests:
-        h.update(path.name.encode() + path.read_bytes())
-    return h.hexdigest()[:16]

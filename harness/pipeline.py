@@ -1,114 +1,26 @@
-"""Lazily computed, memoised, timed stages for one (case, profile) in one worker process.
-
+"""The artifacts of one (case, profile) in one worker process, as memoised stages:
 reference -> wrapped (NO_QUANT) -> quantized (prepare, calibrate, convert) -> outputs -> export
-adapters. Each stage runs at most once per worker however many checks ask for it. A stage
-that raises is remembered as a StageError and re-raised to every check that needs it, so a
-crashing wrapper fails that case's items with the stage named, and nothing else.
-
-Stages hand out shared objects; checks must not mutate them. ``snapshot()`` records each
-shared tensor's in-place version counter, module modes and buffer names so the runner can
-prove a check left them as it found them.
+adapters -> torch.export -> Circle -> replay. Each stage runs at most once per worker however
+many checks ask for it (the stage engine: harness/stage_engine.py; the mutation guard that
+proves checks leave them alone: harness/mutation_guard.py; which cached export or conversion
+may stand in for a fresh one: harness/cache_policy.py). The tico lifecycle helpers the stages
+and checks share live in harness/lifecycle_ops.py.
 """
 
 from __future__ import annotations
 
 import copy
-import signal
-import threading
-from contextlib import contextmanager
-import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
+from harness import compat
 from harness.case import Built, Case, Sample
-from harness.overhead import overhead
-
-
-class StageTimeout(Exception):
-    """Raised inside a stage that ran past the per-stage time limit."""
-
-
-@contextmanager
-def time_limit(seconds: float | None) -> Iterator[None]:
-    """SIGALRM-based limit for the main thread (pytest and xdist workers run tests there).
-    Interrupts Python-level hangs; nested limits are not supported (stages do not nest timers)."""
-    if not seconds or seconds <= 0 or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_alarm(signum, frame):
-        raise StageTimeout(f"exceeded the per-stage limit of {seconds:g} s (--stage-timeout)")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-class StageError(RuntimeError):
-    """A pipeline stage failed; carries the stage name and the original traceback text."""
-
-    def __init__(self, case: str, profile: str, stage: str, error: BaseException):
-        self.stage = stage
-        self.error_type = type(error).__name__
-        self.error_text = str(error)
-        self.traceback_text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        super().__init__(f"{case}[{profile}]: stage '{stage}' failed: {self.error_type}: {error}")
-
-
-def set_seed(seed: int) -> None:
-    """Seed every RNG a builder may touch, so reference weights and inputs are reproducible."""
-    import random
-
-    random.seed(seed)
-    torch.manual_seed(seed)
-    np.random.seed(seed % (2**32))
-
-
-def wrap_noquant(case: Case, module: torch.nn.Module, cfg: Any) -> torch.nn.Module:
-    """The wrapper tree in NO_QUANT mode, as tico constructs it (no calibration enabled)."""
-    if case.wrap is not None:
-        return case.wrap(module, cfg)
-    from tico.quantization.wrapq.wrap_helper import PTQWrapHelper
-
-    return PTQWrapHelper(strict_wrap=bool(getattr(cfg, "strict_wrap", True))).wrap_supported(module, cfg)
-
-
-def top_quant_modules(root: torch.nn.Module) -> list[Any]:
-    """The outermost quant modules of a tree (the root itself when it is one)."""
-    from tico.quantization.wrapq.wrappers.quant_module_base import QuantModuleBase
-
-    if isinstance(root, QuantModuleBase):
-        return [root]
-    found, inner = [], set()
-    for module in root.modules():
-        if isinstance(module, QuantModuleBase) and id(module) not in inner:
-            found.append(module)
-            inner.update(id(m) for m in module.modules())
-    return found
-
-
-def enable_calibration(root: torch.nn.Module) -> None:
-    for module in top_quant_modules(root):
-        module.enable_calibration()
-
-
-def freeze_qparams(root: torch.nn.Module) -> None:
-    for module in top_quant_modules(root):
-        module.freeze_qparams()
-
-
-def unwrap(root: torch.nn.Module) -> torch.nn.Module:
-    """The case-level wrapper inside tico's PTQWrapper shell (or the module itself)."""
-    return getattr(root, "wrapped", root)
+from harness.lifecycle_ops import set_seed, unwrap, wrap_noquant  # noqa: F401 - re-exported for checks
+from harness.stage_engine import StageEngine, StageError, StageTimeout, time_limit  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)
@@ -116,7 +28,10 @@ class RunSettings:
     """Session options checks may need (where goldens live, whether to rewrite them)."""
 
     golden_dir: Path = Path("golden")
-    update_golden: bool = False
+    # None: compare; "write": stage rewritten goldens for the end of the run; "fail": the same,
+    # and an item whose golden is new or changed beyond noise fails.
+    update_golden: str | None = None
+    golden_staging_dir: Path | None = None
     stage_timeout: float | None = None
     # content-addressed ExportedProgram -> Circle cache directory (None: always convert)
     circle_cache_dir: Path | None = None
@@ -124,7 +39,7 @@ class RunSettings:
     export_cache_dir: Path | None = None
 
 
-class Pipeline:
+class Pipeline(StageEngine):
     """Artifacts of one (case, profile). Construct via ``PipelineCache.get``."""
 
     def __init__(self, case: Case, profile: str, artifact_dir: Path | None = None, settings: RunSettings | None = None):
@@ -132,16 +47,9 @@ class Pipeline:
         self.profile = profile
         self.artifact_dir = artifact_dir
         self.settings = settings or RunSettings()
+        super().__init__(case.name, profile, self.settings.stage_timeout)
         # pytest node id of this (case, profile), set by the plugin; used in printed commands.
         self.nodeid = f"{case.name}[{profile}]"
-        self.timings: dict[str, float] = {}
-        self._values: dict[str, Any] = {}
-        self._errors: dict[str, StageError] = {}
-        self._running: list[str] = []
-        self._guard: dict[tuple, Any] | None = None
-        self._guard_mutations: list[str] = []
-        # The last snapshot taken, while nothing can have changed since (reused as a baseline).
-        self._latest: dict[tuple, Any] | None = None
 
     def check_settings(self, check: Any) -> Any:
         """``check``'s settings for this case and profile: its defaults, the case's overrides,
@@ -149,41 +57,6 @@ class Pipeline:
         from harness.check_settings import resolve
 
         return resolve(check, self.case, self.profile)
-
-    # -- stage machinery -------------------------------------------------
-    def _stage(self, name: str, compute: Callable[[], Any]) -> Any:
-        if name in self._values:
-            return self._values[name]
-        if name in self._errors:
-            raise self._errors[name]
-        outermost = not self._running
-        guarded = outermost and self._guard is not None
-        if not guarded:
-            self._latest = None  # unwatched stage work may change artifacts: no reusable baseline
-        if guarded:
-            # Whatever changed since the last stage ended was done by the check itself.
-            self._guard_mutations += self._diff(self._guard)
-        start = time.perf_counter()
-        self._running.append(name)
-        try:
-            # Only the outermost stage arms the timer; inner stages it computes share its budget.
-            with torch.no_grad(), time_limit(self.settings.stage_timeout if outermost else None):
-                self._values[name] = compute()
-        except StageError as upstream:
-            # A dependency failed: remember it under this name too, without re-running.
-            self._errors[name] = upstream
-            raise
-        except Exception as exc:  # noqa: BLE001 - any wrapper crash becomes a named stage failure
-            err = StageError(self.case.name, self.profile, name, exc)
-            self._errors[name] = err
-            raise err from exc
-        finally:
-            self._running.pop()
-            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
-            if guarded:
-                # Stage work may legitimately change modules (lazily built observers): new baseline.
-                self._guard = self._latest = self.snapshot()
-        return self._values[name]
 
     # -- stages ------------------------------------------------------------
     @property
@@ -283,7 +156,7 @@ class Pipeline:
 
     def export_output_leaves(self, mode: str, sample_name: str) -> list[torch.Tensor]:
         """Every tensor the adapter returns, in the order torch.export (and Circle) flatten them."""
-        leaves, _ = torch.utils._pytree.tree_flatten(self.export_raw_output(mode, sample_name))
+        leaves, _ = compat.tree_flatten(self.export_raw_output(mode, sample_name))
         return [leaf.detach() for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
     # -- export once: torch.export -> Circle -> replay ------------------------------
@@ -307,48 +180,11 @@ class Pipeline:
     @property
     def export_record(self) -> Any:
         """What the export checks read from the torch.export program: its output on the export
-        sample, graph facts and Circle cache key. Reused from the export cache when the
-        adapter's execution key matches (torch.export does not run); traced otherwise."""
-        from harness.circle_cache import Uncacheable, cache_key
-        from harness.export_reuse import ExportCache, execution_key, record_from_program
+        sample, graph facts and Circle cache key; reused from the export cache when the
+        adapter's execution key matches (harness/cache_policy.py), traced otherwise."""
+        from harness.cache_policy import export_record
 
-        name = self.export_sample_name
-
-        def compute() -> Any:
-            adapter = self.export_adapter("quant", name)
-            args = self.case.export.args(self.sample(name))
-            cache = ExportCache(self.settings.export_cache_dir) if self.settings.export_cache_dir else None
-            key, status, notes = None, "off", []
-            if cache is not None:
-                try:
-                    key = execution_key(adapter, args)
-                except Uncacheable as why:
-                    status = f"uncacheable: {why}"
-                else:
-                    record, notes = cache.get(key)
-                    if record is not None:
-                        record.status, record.notes = "hit", notes
-                        return record
-            program = self.exported_program
-            circle_key = None
-            if self.settings.circle_cache_dir is not None:
-                try:
-                    circle_key = cache_key(program)
-                except Uncacheable:
-                    pass  # the Circle stage converts it and says why
-            record = record_from_program(program, args, circle_key)
-            if key is not None:
-                try:
-                    cache.put(key, record)
-                    status = "miss"
-                except Uncacheable as why:
-                    status = f"uncacheable: {why}"
-                except OSError as why:  # a full or read-only disk costs the reuse, not the case
-                    status = f"not stored: {why}"
-            record.status, record.notes = status, notes
-            return record
-
-        return self._stage("export_record", compute)
+        return self._stage("export_record", lambda: export_record(self))
 
     def exported_program_output(self) -> torch.Tensor:
         return self._stage(
@@ -358,21 +194,12 @@ class Pipeline:
 
     @property
     def circle(self) -> Any:
-        """tico's Circle conversion of the exported program (kept as a .circle artifact)."""
-        from harness.export import convert_to_circle
+        """tico's Circle conversion of the exported program (kept as a .circle artifact), or the
+        cached conversion of the same program by the same code (harness/cache_policy.py)."""
+        from harness.cache_policy import circle_artifact
 
         def compute() -> Any:
-            from harness.circle_cache import CircleCache
-
-            cache_dir = self.settings.circle_cache_dir
-            cache = CircleCache(cache_dir) if cache_dir else None
-            record = self.export_record if cache is not None else None
-            if record is not None and record.status == "hit":
-                # The reused record names its program's Circle key: a hit needs no trace.
-                artifact = convert_to_circle(lambda: self.exported_program, cache, reused_key=record.circle_key)
-            else:  # the record's key was computed from this very program
-                artifact = convert_to_circle(lambda: self.exported_program, cache,
-                                             key=record.circle_key if record is not None else None)
+            artifact = circle_artifact(self)
             if self.artifact_dir is not None:
                 self.artifact_dir.mkdir(parents=True, exist_ok=True)
                 path = self.artifact_dir / f"{self.case.name}[{self.profile}].q.circle"
@@ -398,81 +225,6 @@ class Pipeline:
             return [torch.from_numpy(np.asarray(out)).reshape(ref.shape) for out, ref in zip(outputs, references)]
 
         return self._stage(f"circle_replay[{mode}]", compute)
-
-    # -- immutability guard -------------------------------------------------
-    def snapshot(self) -> dict[tuple, Any]:
-        """Cheap fingerprint of every shared artifact: tensor version counters, modes, buffers."""
-        with overhead("mutation_guard"):
-            return self._snapshot()
-
-    def _snapshot(self) -> dict[tuple, Any]:
-        state: dict[tuple, Any] = {}
-
-        def visit(prefix: str, value: Any) -> None:
-            if isinstance(value, torch.Tensor):
-                state[(prefix,)] = (value._version, value.data_ptr())
-            elif isinstance(value, torch.nn.Module):
-                # One pre-order walk over the module tree (this runs around every stage and
-                # check): the module dicts directly, keys as tuples, formatted only when reported.
-                modes, buffers = [], []
-                stack, seen = [("", value)], set()
-                while stack:
-                    module_name, module = stack.pop()
-                    if id(module) in seen:
-                        continue
-                    seen.add(id(module))
-                    attrs = module.__dict__
-                    modes.append(attrs.get("_mode"))
-                    for name, t in attrs["_parameters"].items():
-                        if t is not None:
-                            state[(prefix, module_name, name)] = (t._version, t.data_ptr())
-                    for name, t in attrs["_buffers"].items():
-                        if t is not None:
-                            key = (prefix, module_name, name)
-                            state[key] = (t._version, t.data_ptr())
-                            buffers.append(key)
-                    children = [(f"{module_name}.{child}" if module_name else child, m)
-                                for child, m in attrs["_modules"].items() if m is not None]
-                    stack.extend(reversed(children))
-                state[(prefix, "#modes")] = tuple(modes)
-                state[(prefix, "#buffers")] = tuple(buffers)
-            elif isinstance(value, Built):
-                visit(f"{prefix}.module", value.module)
-                for kind, samples in (("calibration", enumerate(value.inputs.calibration)),
-                                      ("evaluation", value.inputs.evaluation.items())):
-                    for key, sample in samples:
-                        for i, arg in enumerate(sample.args):
-                            visit(f"{prefix}.{kind}[{key}].args[{i}]", arg)
-                        for k, arg in sample.kwargs.items():
-                            visit(f"{prefix}.{kind}[{key}].{k}", arg)
-
-        for name, value in self._values.items():
-            visit(name, value)
-        return state
-
-    def _diff(self, before: dict[tuple, Any]) -> list[str]:
-        after = self._latest = self.snapshot()
-        return [".".join(part for part in k if part).replace(".#", "#") for k, v in before.items()
-                if k in after and after[k] != v]
-
-    def mutated_since(self, before: dict[str, Any]) -> list[str]:
-        return sorted(set(self._diff(before)))
-
-    def guard_start(self) -> None:
-        """Start watching shared artifacts for changes made by a check (not by stages). The
-        previous check's closing snapshot is the baseline when no stage ran unwatched since:
-        between two checks of a case only the plugin's bookkeeping runs (one snapshot saved
-        per item)."""
-        self._guard = self._latest if self._latest is not None else self.snapshot()
-        self._guard_mutations = []
-
-    def guard_end(self) -> list[str]:
-        """Artifacts the check changed since guard_start, stage computations excluded."""
-        mutations = list(self._guard_mutations)
-        if self._guard is not None:
-            mutations += self._diff(self._guard)
-        self._guard, self._guard_mutations = None, []
-        return sorted(set(mutations))
 
 
 def warm_imports() -> None:

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from harness import compat
+
 # tico attaches qparams to split_with_sizes' getitem users, not to the split itself.
 DEFAULT_IGNORED_TARGETS = ("aten.split_with_sizes.default",)
 
@@ -112,7 +114,7 @@ def audit_exported_program(program: Any, ignored_targets: tuple[str, ...] = DEFA
                 result.float_nodes += 1
                 record(node, "node")
         elif node.op == "output":
-            flat, _ = torch.utils._pytree.tree_flatten(node.args[0])
+            flat, _ = compat.tree_flatten(node.args[0])
             for out in flat:
                 if isinstance(out, torch.fx.Node) and not _is_qparam_buffer(out) and _is_tensor_node(out) \
                         and _is_float_tensor(out):

@@ -9,7 +9,10 @@ first; it is reported as crashed (by xdist) and only the rest of its group is re
 
 from __future__ import annotations
 
-from xdist.scheduler import LoadScopeScheduling
+from harness import compat
+
+# The members this subclass overrides or reads are checked present (harness/compat.py).
+LoadScopeScheduling = compat.loadscope_scheduling()
 
 
 class CrashSafeLoadScopeScheduling(LoadScopeScheduling):

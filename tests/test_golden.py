@@ -22,16 +22,21 @@ GOLDEN = next(c for c in all_checks() if c.name == "golden")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _pipeline(golden_dir: Path, update: bool = False, case=VISION_ENCODER) -> Pipeline:
-    return Pipeline(case, "tiny", settings=RunSettings(golden_dir=golden_dir, update_golden=update))
+def _pipeline(golden_dir: Path, update: str | None = None, case=VISION_ENCODER) -> Pipeline:
+    return Pipeline(case, "tiny", settings=RunSettings(golden_dir=golden_dir, update_golden=update,
+                                                       golden_staging_dir=golden.staging_dir(golden_dir, "test")))
 
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory) -> Path:
-    """A golden written for the clean Gemma4 encoder into a private directory."""
+    """A golden written for the clean Gemma4 encoder into a private directory: staged by the
+    check, promoted as the end of the run promotes it."""
     directory = tmp_path_factory.mktemp("golden")
-    result = GOLDEN.run(_pipeline(directory, update=True))
-    assert result.passed and "golden written" in result.notes[0]
+    result = GOLDEN.run(_pipeline(directory, update="write"))
+    assert result.passed and "rewritten at the end of the run (new: no usable golden before" in result.notes[0]
+    assert list(directory.glob("*.json")) == []  # nothing in place before the run ends
+    assert golden.promote(golden.staging_dir(directory, "test"), directory) == ["gemma4_vision_encoder.tiny"]
+    assert not (directory / golden.STAGING / "test").exists()
     return directory
 
 
@@ -246,3 +251,35 @@ def test_goldens_are_bitwise_identical_across_runs_and_worker_counts(tmp_path):
     committed = {p.name for p in (REPO / "golden").glob("*.json") if p.name != "noise.json"}
     assert serial.keys() == parallel.keys() == committed and len(serial) >= 3
     assert serial == parallel
+
+
+def test_a_rewrite_says_what_it_changes_and_fail_mode_never_passes_one(golden_copy):
+    """--update-golden classifies each rewrite against the golden in place; --update-golden=fail
+    fails the items whose golden is new or changed beyond the measured noise (CI cannot green
+    itself by regenerating), and passes those that only moved within the noise."""
+    same = GOLDEN.run(_pipeline(golden_copy, update="fail"))
+    assert same.passed, problems_text(same)
+    assert "(unchanged: identical tensors)" in same.notes[0] or "(noise: " in same.notes[0]
+    _edit(golden_copy, lambda t: t.__setitem__("reference_output.default", t["reference_output.default"] * 1.01))
+    moved = GOLDEN.run(_pipeline(golden_copy, update="fail"))
+    assert not moved.passed
+    assert "rewritten at the end of the run (changed: 1 tensor(s) beyond the portable limits" in problems_text(moved)
+    assert "--update-golden=fail: a rewrite never passes" in problems_text(moved)
+    written = GOLDEN.run(_pipeline(golden_copy, update="write"))
+    assert written.passed and "(changed: " in written.notes[0]
+    assert written.evidence["rewrite"]["kind"] == "changed"
+
+
+def test_a_half_staged_golden_is_never_promoted(tmp_path):
+    staging = golden.staging_dir(tmp_path, "run1")
+    staging.mkdir(parents=True)
+    (staging / "c.tiny.json").write_text("{}")  # its tensors never arrived (the item crashed)
+    assert golden.promote(staging, tmp_path) == []
+    assert list(tmp_path.glob("*.json")) == []
+
+
+def test_orphan_goldens_are_named(tmp_path):
+    for stem in ("kept.tiny", "gone.tiny", "gone.e2b_dims"):
+        (tmp_path / f"{stem}.json").write_text("{}")
+    (tmp_path / "noise.json").write_text("{}")
+    assert golden.orphans(tmp_path, {"kept"}) == ["gone.e2b_dims", "gone.tiny"]

@@ -238,3 +238,26 @@ def test_crashing_wrapper_names_the_stage(project):
     assert "crashy[tiny]: stage 'reference' failed: RuntimeError: reference builder exploded" in result.stdout.str()
     by_case = [r for r in _results(project)["results"] if r["case"] == "crashy" and r["outcome"] == "failed"]
     assert {r["stage_error"]["stage"] for r in by_case} == {"reference"}
+
+
+def test_update_golden_writes_at_the_end_and_says_what_it_rewrote(project):
+    """Goldens are promoted once, when the run ends, and the summary lists them; with
+    --update-golden=fail an item whose golden changed fails, so CI cannot green itself."""
+    golden_dir = project.path / "golden"
+    (golden_dir / "toy_linear.tiny.json").unlink()
+    (golden_dir / "toy_linear.tiny.safetensors").unlink()
+    (golden_dir / "renamed_case.tiny.json").write_text("{}")  # its case is gone
+    result = project.runpytest_subprocess("-k", "toy_linear and golden", "--update-golden=fail", "--profile", "all")
+    result.assert_outcomes(failed=1, passed=1)  # tiny is new: fails; wide is identical: passes
+    out = result.stdout.str()
+    assert "rewritten at the end of the run (new: " in out and "--update-golden=fail: a rewrite never passes" in out
+    assert "wrapq goldens rewritten" in out and "toy_linear.tiny" in out and "toy_linear.wide" in out
+    doc = _results(project)
+    assert sorted(doc["run"]["goldens_rewritten"]) == ["toy_linear.tiny", "toy_linear.wide"]
+    assert (golden_dir / "toy_linear.tiny.json").exists() and not (golden_dir / ".staged").exists()
+    # -k narrows the items, not the case files: orphans are still told (every case file was collected)
+    assert doc["run"]["orphan_goldens"] == ["renamed_case.tiny"]
+    assert "wrapq orphan goldens" in out and "renamed_case.tiny" in out
+    again = project.runpytest_subprocess("-k", "toy_linear and golden", "--update-golden", "--profile", "all")
+    again.assert_outcomes(passed=2)
+    assert "(unchanged: identical tensors)" in _results(project)["results"][0]["notes"][0]

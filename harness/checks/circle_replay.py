@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness import compat
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
 from harness.metrics import as_float, nonfinite_summary
 from harness.qparam_consistency import aligned_to_circle
@@ -62,7 +63,7 @@ def _aligned_torch_outputs(pipeline, result: CheckResult) -> list | None:
                             "exported: " + "; ".join(why))
         return None
     with torch.no_grad():
-        leaves, _ = torch.utils._pytree.tree_flatten(twin(*pipeline.case.export.args(pipeline.sample(name))))
+        leaves, _ = compat.tree_flatten(twin(*pipeline.case.export.args(pipeline.sample(name))))
     return [leaf.detach() for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 

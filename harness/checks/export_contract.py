@@ -9,7 +9,7 @@ import torch
 
 from harness.checks.base import Check, CheckResult, requires_capability
 from harness.expectations import Expected
-from harness.pipeline import enable_calibration
+from harness.lifecycle_ops import enable_calibration
 
 CALIB_MODE_PROBLEM = "export adapter was built in CALIB mode; it must be refused outside NO_QUANT/QUANT"
 

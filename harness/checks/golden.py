@@ -1,6 +1,9 @@
 """Regression gate against committed golden tensors (see harness/golden.py, harness/portable.py).
 
-Without ``--update-golden`` it only reads: a missing golden fails with the command that
+With ``--update-golden`` it stages the golden for the end of the run and says what the rewrite
+changes (new, beyond the measured noise, within it, identical); ``--update-golden=fail`` fails
+every item whose golden is new or changed beyond noise, so a CI job cannot turn itself green
+by regenerating. Without it the check only reads: a missing golden fails with the command that
 creates it, a corrupt one fails naming the damage, a stale one (case declaration or inputs
 changed) is reported as stale rather than as numeric drift, and drift names the tensor, the
 statistic over its limit, how far beyond the measured cross-platform noise it is, and which
@@ -20,9 +23,17 @@ def run(pipeline) -> CheckResult:
     current = collected[0]
     current_hash = golden.input_hash(pipeline)
     if settings.update_golden:
-        manifest = golden.write(pipeline, settings.golden_dir, collected)
-        result.notes.append(f"golden written: {len(manifest['tensors'])} tensors to {settings.golden_dir}")
+        rewrite = golden.classify_rewrite(settings.golden_dir, case, profile, nodeid, current, current_hash,
+                                          pipeline.check_settings(CHECK))
+        manifest = golden.stage(pipeline, settings.golden_staging_dir, collected)
         result.metrics["tensors"] = len(manifest["tensors"])
+        result.evidence["rewrite"] = {"kind": rewrite.kind, "detail": rewrite.detail}
+        message = (f"golden for {case}[{profile}] rewritten at the end of the run ({rewrite.kind}: {rewrite.detail}); "
+                   f"review the diff of {settings.golden_dir.name}/{case}.{profile}.* before committing it")
+        if settings.update_golden == "fail" and rewrite.kind in ("new", "changed"):
+            result.fail(message + " (--update-golden=fail: a rewrite never passes)")
+        else:
+            result.notes.append(message)
         return result
     try:
         manifest, stored = golden.load(settings.golden_dir, case, profile, nodeid)

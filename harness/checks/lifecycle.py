@@ -8,7 +8,7 @@ import torch
 
 from harness.checks.base import Check, CheckResult
 from harness.metrics import nonfinite_summary
-from harness.pipeline import enable_calibration, freeze_qparams, wrap_noquant
+from harness.lifecycle_ops import enable_calibration, freeze_qparams, wrap_noquant
 
 
 def _modes(root) -> set[str]:

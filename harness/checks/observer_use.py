@@ -11,7 +11,7 @@ from typing import Iterator
 import torch
 
 from harness.checks.base import Check, CheckResult
-from harness.pipeline import enable_calibration, freeze_qparams, wrap_noquant, unwrap
+from harness.lifecycle_ops import enable_calibration, freeze_qparams, wrap_noquant, unwrap
 
 
 @contextmanager

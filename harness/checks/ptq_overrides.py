@@ -7,7 +7,7 @@ import copy
 import torch
 
 from harness.checks.base import Check, CheckResult
-from harness.pipeline import unwrap
+from harness.lifecycle_ops import unwrap
 
 
 def _qparams(root) -> dict[str, tuple]:

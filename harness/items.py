@@ -1,0 +1,243 @@
+"""The collection tree: a case file -> one node per (case, profile) -> one item per check.
+
+Node ids read ``cases/gemma4.py::gemma4_vision_encoder[tiny]::rotary_parity``. A case node is
+the xdist scope (``--dist loadscope``) that keeps a case's checks on one worker and its
+pipeline. An item runs its check, judges the result against the case's precise expectation,
+and records what it found on its report (``report.wrapq_record``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import compat
+from harness.case import Case, CaseDefinitionError
+from harness.check_settings import validate as validate_settings
+from harness.checks.base import Check, CheckResult
+from harness.expectations import judge
+from harness.overhead import overhead
+from harness.stage_engine import StageError
+from harness.results import jsonable
+from harness.session import state_of
+
+# Case capabilities that become item markers (``pytest -m rotary``).
+CAPABILITY_MARKERS = ("export", "rotary", "mask")
+# Headline numbers worth a junit property each (scalars; the full record goes to results.json).
+JUNIT_METRICS = ("peir", "sqnr_db", "mean_abs_diff", "max_abs_diff", "fake_quantize_max_steps", "missing_unexplained",
+                 "worst_score")
+_MARKERS = pytest.StashKey[set]()
+
+
+def register_marker(config: pytest.Config, name: str, description: str) -> None:
+    """Register a marker once, so ``--strict-markers`` accepts it and ``pytest --markers`` lists it."""
+    registered = config.stash.setdefault(_MARKERS, set())
+    if name not in registered:
+        registered.add(name)
+        config.addinivalue_line("markers", f"{name}: {description}")
+
+
+def _import_case_module(path: Path, rootpath: Path) -> Any:
+    rel = path.resolve().relative_to(rootpath.resolve()).with_suffix("")
+    if str(rootpath) not in sys.path:
+        sys.path.insert(0, str(rootpath))
+    return importlib.import_module(".".join(rel.parts))
+
+
+class CaseFile(pytest.File):
+    """One case module: defines ``CASES``, a list of harness.Case."""
+
+    def collect(self):
+        state = state_of(self.config)
+        try:
+            module = _import_case_module(self.path, self.config.rootpath)
+            cases = getattr(module, "CASES", None)
+            if not isinstance(cases, (list, tuple)):
+                raise CaseDefinitionError(self.path.stem, "CASES", "module must define CASES as a list of harness.Case")
+            for i, case in enumerate(cases):
+                if not isinstance(case, Case):
+                    raise CaseDefinitionError(f"{self.path.stem}.CASES[{i}]", "CASES", f"is {type(case).__name__}, not harness.Case")
+        except Exception as exc:  # noqa: BLE001 - a broken case file fails alone, the session goes on
+            yield DefinitionErrorItem.from_parent(self, name="<definition>", error=exc)
+            return
+        checks = state.checks
+        names = {check.name for check in checks}
+        for case in cases:
+            state.case_names.add(case.name)
+            for field_name in ("not_applicable", "expected_failures"):
+                unknown = sorted(set(getattr(case, field_name)) - names)
+                if unknown:
+                    error = CaseDefinitionError(case.name, field_name, f"names no check: {', '.join(unknown)} "
+                                                f"(checks: {', '.join(sorted(names))})")
+                    yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.{field_name}>", error=error)
+            settings_errors = validate_settings(case, checks)
+            for error in settings_errors:
+                yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.{error.field_name}>",
+                                                      error=error)
+            if settings_errors:
+                continue  # its checks cannot be judged with settings that do not exist
+            for profile in case.profiles:
+                if state.wants(case, profile):
+                    yield CaseNode.from_parent(self, name=f"{case.name}[{profile}]", case=case, profile=profile, checks=checks)
+
+
+class CaseNode(pytest.Collector):
+    """One (case, profile): the xdist scope that keeps its checks on one worker."""
+
+    def __init__(self, *, case: Case, profile: str, checks: list[Check], **kwargs: Any):
+        super().__init__(**kwargs)
+        self.case = case
+        self.profile = profile
+        self.checks = checks
+
+    def collect(self):
+        for check in self.checks:
+            # The id is given as the string pytest stores in its cache: pytest 9 parses stored ids
+            # with brackets only at the end (NodeId.parse), so an id built segment by segment for
+            # "case[profile]::check" would never equal the stored one and --lf/--ff/--sw would
+            # select nothing. Parsed from the same string, both sides agree.
+            yield CheckItem.from_parent(self, name=check.name, nodeid=f"{self.nodeid}::{check.name}",
+                                        case=self.case, profile=self.profile, check=check)
+
+
+def stage_problem(err: StageError) -> str:
+    """A failed stage as one problem line, for expectations: "stage 'torch_export' failed: Type: first line"."""
+    first = err.error_text.strip().splitlines()[0] if err.error_text.strip() else ""
+    return f"stage '{err.stage}' failed: {err.error_type}: {first}"
+
+
+class CheckFailed(Exception):
+    def __init__(self, result: CheckResult):
+        self.result = result
+        super().__init__("; ".join(result.problems))
+
+
+class CheckItem(pytest.Item):
+    """One generic check applied to one (case, profile)."""
+
+    def __init__(self, *, case: Case, profile: str, check: Check, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.case = case
+        self.profile = profile
+        self.check = check
+        self.duplicate_of: str | None = None
+        # -m by check, family, profile and capability: `-m "rotary_parity and gemma4"`, `-m e2b_dims`.
+        register_marker(self.config, case.family, f"every check of the {case.family} family's cases")
+        register_marker(self.config, profile, f"every check at the {profile} profile")
+        names = [check.name, case.family, profile] + [c for c in CAPABILITY_MARKERS if getattr(case, c) is not None]
+        for name in dict.fromkeys(names):
+            self.add_marker(name)
+        self._record_base = {"case": case.name, "family": case.family, "profile": profile, "check": check.name}
+
+    def _record(self, **fields: Any) -> None:
+        """Accumulate this item's record; ``pytest_runtest_makereport`` hangs it on the report
+        (``report.wrapq_record``), which xdist carries to the controller. junit gets only a few
+        scalar properties (``JUNIT_METRICS``), never the record."""
+        with overhead("result_transport"):
+            self.wrapq_record = jsonable(dict(getattr(self, "wrapq_record", None) or self._record_base, **fields))
+            for name in JUNIT_METRICS:
+                value = (fields.get("metrics") or {}).get(name)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.user_properties.append((f"wrapq.{name}", value))
+
+    def setup(self) -> None:
+        reason = self.case.unavailable_reason()
+        if reason:
+            self._skip(f"case unavailable: {reason}")
+        reason = self.case.not_applicable.get(self.check.name)
+        if reason:
+            reason = f"not applicable: {reason}"
+        else:
+            reason = self.check.applies(self.case) or self.check.applies_to_profile(self.case, self.profile)
+        if reason:
+            self._skip(reason)
+
+    def _skip(self, reason: str) -> None:
+        self._record(skip_reason=reason)
+        compat.skip_at_item(reason)  # reported at the item (case file), not at this line
+
+    def runtest(self) -> None:
+        if self.duplicate_of:
+            raise CaseDefinitionError(self.case.name, "name", f"duplicate case name, also defined in {self.duplicate_of}")
+        pipeline = state_of(self.config).pipelines.get(self.case, self.profile)
+        pipeline.nodeid = self.parent.nodeid
+        if self.check.settings is not None:
+            # What gated this item, in its record: reports and `python -m harness limits` read it.
+            self._record(settings=dataclasses.asdict(pipeline.check_settings(self.check)))
+        pipeline.guard_start()
+        start = time.perf_counter()
+        try:
+            result = self.check.run(pipeline)
+        except StageError as err:
+            pipeline.guard_end()
+            self._record(stage_error={"stage": err.stage, "type": err.error_type, "message": err.error_text},
+                         stage_timings=dict(pipeline.timings), check_seconds=time.perf_counter() - start)
+            expectation = self.case.expected_failures.get(self.check.name)
+            # A stage that fails exactly as diagnosed (e.g. torch.export refusing a data-dependent
+            # op) is an expected failure too; any other stage failure stays a failure.
+            judgement = judge(expectation, [stage_problem(err)]) if expectation else None
+            if judgement and judgement.expected:
+                pytest.xfail(judgement.message)
+            raise
+        mutated = pipeline.guard_end()
+        if mutated:
+            result.fail(f"check mutated shared pipeline artifacts: {', '.join(mutated[:5])}")
+        expectation = self.case.expected_failures.get(self.check.name)
+        judgement = judge(expectation, result.problems) if expectation else None
+        if judgement and not judgement.expected:
+            result.problems.insert(0, judgement.message)
+        elif judgement:
+            result.notes.append(f"expected failure: {judgement.message}")
+        self._record(
+            metrics=result.metrics,
+            problems=result.problems,
+            notes=result.notes,
+            evidence=result.evidence,
+            stage_timings=dict(pipeline.timings),
+            check_seconds=time.perf_counter() - start,
+        )
+        if judgement and judgement.expected:
+            # Exactly the diagnosed failure: expected, with this run's problem lines.
+            pytest.xfail(judgement.message)
+        if not result.passed:
+            raise CheckFailed(result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style=None) -> str:
+        err = excinfo.value
+        if isinstance(err, CheckFailed):
+            lines = [f"{self.check.name} failed for {self.case.name}[{self.profile}]:"]
+            lines += [f"  - {p}" for p in err.result.problems]
+            return "\n".join(lines)
+        if isinstance(err, StageError):
+            return f"{err}\n\n{err.traceback_text}"
+        if isinstance(err, CaseDefinitionError):
+            return str(err)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, 0, f"{self.parent.name}::{self.name}"
+
+
+class DefinitionErrorItem(pytest.Item):
+    """Stands in for a case file that could not be loaded, so the failure is named, not lost."""
+
+    def __init__(self, *, error: BaseException, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.error = error
+
+    def runtest(self) -> None:
+        raise self.error
+
+    def repr_failure(self, excinfo, style=None) -> str:
+        err = excinfo.value
+        if isinstance(err, CaseDefinitionError):
+            return f"malformed case definition in {self.path.name}: {err}"
+        return f"cannot load case module {self.path.name}: {type(err).__name__}: {err}"
+
+    def reportinfo(self):
+        return self.path, 0, f"{self.path.name}::<definition>"

@@ -1,0 +1,172 @@
+"""Command-line options and ini keys of the harness, and what they resolve to for a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.pipeline import RunSettings
+
+DEFAULT_PROFILE = "tiny"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("wrapq", "wrapq validation harness")
+    group.addoption(
+        "--profile",
+        action="append",
+        dest="wrapq_profiles",
+        default=None,
+        help=f"size profile to run (repeatable; default: {DEFAULT_PROFILE}). 'all' runs every profile a case lists.",
+    )
+    group.addoption(
+        "--wrapq-report-dir",
+        dest="wrapq_report_dir",
+        default=None,
+        help="where results.json is written (default: <rootdir>/reports)",
+    )
+    group.addoption(
+        "--torch-threads",
+        dest="wrapq_torch_threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads per process (default 1: xdist workers must not oversubscribe cores, "
+        "and a fixed count keeps numerics identical between -n 1 and -n auto)",
+    )
+    group.addoption(
+        "--history",
+        dest="wrapq_history",
+        nargs="?",
+        const="reports/history.sqlite",
+        default=None,
+        help="append this run to a SQLite history database (default path reports/history.sqlite)",
+    )
+    group.addoption(
+        "--stage-timeout",
+        dest="wrapq_stage_timeout",
+        type=float,
+        default=900.0,
+        help="seconds one pipeline stage may run before that case fails as hung (0 disables; default 900)",
+    )
+    group.addoption(
+        "--update-golden",
+        dest="wrapq_update_golden",
+        nargs="?",
+        const="write",
+        default=None,
+        choices=("write", "fail"),
+        help="rewrite the selected cases' goldens at the end of the run instead of comparing (the only way goldens "
+        "change); each item says what its rewrite changes. --update-golden=fail also fails every item whose golden "
+        "is new or changed beyond the measured noise, so a CI job cannot turn itself green by regenerating",
+    )
+    group.addoption(
+        "--golden-dir",
+        dest="wrapq_golden_dir",
+        default=None,
+        help="where golden tensors live (default: <rootdir>/golden)",
+    )
+    group.addoption(
+        "--circle-cache",
+        dest="wrapq_circle_cache",
+        default=None,
+        help="directory of the content-addressed Circle conversion cache (default: <rootdir>/.wrapq-cache/circle)",
+    )
+    group.addoption(
+        "--no-circle-cache",
+        dest="wrapq_no_circle_cache",
+        action="store_true",
+        help="convert every exported program, reading and writing no cache (a cold run)",
+    )
+    group.addoption(
+        "--export-cache",
+        dest="wrapq_export_cache",
+        default=None,
+        help="directory of the torch.export reuse cache, keyed by each export adapter's execution "
+        "(default: <rootdir>/.wrapq-cache/export)",
+    )
+    group.addoption(
+        "--no-export-cache",
+        dest="wrapq_no_export_cache",
+        action="store_true",
+        help="trace every export adapter with torch.export, reading and writing no reuse cache",
+    )
+    group.addoption(
+        "--shard",
+        dest="wrapq_shard",
+        default=None,
+        metavar="i/n",
+        help="run only shard i of n (1-based): case groups split by recorded durations, the same split on every "
+        "machine; merge shard results with `python -m harness.report.merge`",
+    )
+    group.addoption(
+        "--record-durations",
+        dest="wrapq_record_durations",
+        action="store_true",
+        help="write this run's per-case durations into the durations file (longest-first order and shard balance)",
+    )
+    group.addoption(
+        "--drift",
+        dest="wrapq_drift",
+        action="store_true",
+        help="nightly drift mode: label every failure as drift with the package versions that differ from the pins "
+        "(run it in the environment scripts/drift.sh builds)",
+    )
+    parser.addini("wrapq_pins_file", "the pinned gate's constraints (drift mode compares against it)", default="constraints.txt")
+    parser.addini("wrapq_durations_file", "recorded per-case durations (relative to rootdir)", default="case_durations.json")
+    parser.addini(
+        "wrapq_cases_dir",
+        "directories (relative to rootdir, one per line) holding case modules; out-of-tree wrapper "
+        "packages add their own case directory here",
+        type="linelist",
+        default=["cases"],
+    )
+
+
+def run_settings(config: pytest.Config, run_id: str) -> RunSettings:
+    """The session options the pipeline and the checks read; goldens rewritten by this run are
+    staged under the golden directory, by run id, until the run ends."""
+    from harness.golden import staging_dir
+
+    chosen = config.getoption("wrapq_golden_dir")
+    golden_dir = Path(chosen).resolve() if chosen else config.rootpath / "golden"
+    return RunSettings(
+        golden_dir=golden_dir,
+        update_golden=config.getoption("wrapq_update_golden"),
+        golden_staging_dir=staging_dir(golden_dir, run_id),
+        stage_timeout=config.getoption("wrapq_stage_timeout") or None,
+        circle_cache_dir=circle_cache_dir(config),
+        export_cache_dir=export_cache_dir(config),
+    )
+
+
+def report_dir(config: pytest.Config) -> Path:
+    chosen = config.getoption("wrapq_report_dir")
+    return Path(chosen) if chosen else config.rootpath / "reports"
+
+
+def refuse_lost_project_config(config: pytest.Config) -> None:
+    """pytest picks its rootdir from arguments that name existing paths, so ``--wrapq-report-dir
+    /tmp/r`` with /tmp/r present moves the rootdir there, drops the project's config and collects
+    the wrong files. Run from a wrapq project without its config is refused with the fix."""
+    project = config.invocation_params.dir / "pyproject.toml"
+    if config.inipath is None and project.is_file() and "wrapq_cases_dir" in project.read_text(errors="replace"):
+        raise pytest.UsageError(
+            f"pytest did not read {project} (rootdir became {config.rootpath}, probably from a directory "
+            f"option given as '--option DIR'); write path options as '--wrapq-report-dir=DIR'")
+
+
+def circle_cache_dir(config: pytest.Config) -> Path | None:
+    if config.getoption("wrapq_no_circle_cache"):
+        return None
+    chosen = config.getoption("wrapq_circle_cache")
+    return Path(chosen).resolve() if chosen else config.rootpath / ".wrapq-cache" / "circle"
+
+
+def export_cache_dir(config: pytest.Config) -> Path | None:
+    if config.getoption("wrapq_no_export_cache"):
+        return None
+    chosen = config.getoption("wrapq_export_cache")
+    return Path(chosen).resolve() if chosen else config.rootpath / ".wrapq-cache" / "export"
+
+
