@@ -319,7 +319,8 @@ def _eager_float_ids(mode: str) -> str:
             r"'indices' to have one of the following scalar types: Long, Int; but got torch\.FloatTensor instead")
 
 
-def _smoke_head_export_fails(wrapper: str, embedding_site: str, traced: str, why_traced: str) -> dict[str, Expected]:
+def _smoke_head_export_fails(wrapper: str, smoke_site: str, embedding_site: str, traced: str,
+                             why_traced: str) -> dict[str, Expected]:
     """Every export check of a head model exported as TICO's smoke exports it, with one diagnosis.
 
     dynamic_vs_export and torch_export run the adapter eagerly first (NO_QUANT, then QUANT) and
@@ -327,8 +328,9 @@ def _smoke_head_export_fails(wrapper: str, embedding_site: str, traced: str, why
     start from the torch.export program and meet ``traced``."""
     reason = (
         f"{wrapper} has no as_export_module in tico 0.3.0, so TICO's smoke case exports the quantized model "
-        "itself (its export_module falls back to 'return quantized', wrapper_smoke/cases/gemma4.py) and calls "
-        "it with export_input's static ABI of Gemma4ModelPrefillExportAdapter positionally: inputs_embeds "
+        f"itself (its export_module falls back to 'return quantized', {smoke_site}) and calls "
+        "it with export_input's static ABI of Gemma4ModelPrefillExportAdapter positionally (wrapper_smoke/"
+        "runner.py:118 'tico.convert(export_module, args)'): inputs_embeds "
         "lands in input_ids, per_layer_inputs, the mask dict and the RoPE dict in the parameters after it. "
         f"The float embeddings reach the token embedding as ids ({embedding_site}), where eager F.embedding "
         f"refuses them (quant_text_scaled_word_embedding.py:70). {why_traced} TICO's own smoke run reports "
@@ -342,6 +344,7 @@ def _smoke_head_export_fails(wrapper: str, embedding_site: str, traced: str, why
 
 _CONDITIONAL_EXPORT_FAILS = _smoke_head_export_fails(
     "QuantGemma4ForConditionalGeneration",
+    "Gemma4ForConditionalGenerationCase, wrapper_smoke/cases/gemma4.py:2657-2664",
     "QuantGemma4Model.forward, quant_model.py:297 'inputs_embeds = text_model.embed_tokens(llm_input_ids)'",
     r"^stage 'torch_export' failed: Unsupported: Data-dependent branching$",
     "torch.export stops earlier, on the placeholder branch 'if multimodal_mask.any():' (quant_model.py:292, "
@@ -350,9 +353,12 @@ _CONDITIONAL_EXPORT_FAILS = _smoke_head_export_fails(
 )
 _CAUSAL_EXPORT_FAILS = _smoke_head_export_fails(
     "QuantGemma4ForCausalLM",
+    "Gemma4ForCausalLMCase, wrapper_smoke/cases/gemma4.py:2780-2787",
     "QuantGemma4TextModel.forward, quant_text_model.py:771 'inputs_embeds = self.embed_tokens(input_ids)'",
     r"^stage 'torch_export' failed: TorchRuntimeError: RuntimeError when making fake tensor call$",
-    "torch.export fails on the same F.embedding call (dynamo's fake-tensor run of it).",
+    "torch.export fails on the same F.embedding call (dynamo's fake-tensor run of it). tico's per-layer recipe "
+    "does not take a text-only model either (recipes/export/gemma4.py:190 'Gemma4 Circle export requires an "
+    "image vision tower.'; Gemma4LMHeadExportAdapter reads model.wrapped.language_model, export_adapters.py:757).",
 )
 
 

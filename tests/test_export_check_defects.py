@@ -253,3 +253,35 @@ def test_text_model_expectation_names_its_operator():
     assert judge(expected, [line.format("lt.Scalar x2")]).expected
     assert not judge(expected, [line.format("lt.Scalar x2, ne.Scalar x1")]).expected
     assert not judge(expected, [line.format("ge.Scalar x2")]).expected
+
+
+def test_text_model_export_contract_catches_a_static_template_defect(monkeypatch):
+    """gemma4_text_model exports under QuantGemma4TextModel's export-mode contract: under
+    torch.export (torch.compiler.is_compiling()) its RoPE comes from the static templates, eagerly
+    from the rotary module. Seeded defect: the static cosine template read one position late --
+    only the traced program changes, and torch_export (eager adapter vs its program) fails.
+    Clean, the program matches the eager model exactly."""
+    from tico.quantization.wrapq.wrappers.gemma4.quant_text_model import QuantGemma4TextModel
+
+    from cases.gemma4_text import TEXT_MODEL
+
+    clean = run_clean_check(TEXT_MODEL, "torch_export")
+    assert clean.passed, problems_text(clean)
+    original = QuantGemma4TextModel._make_position_embeddings
+
+    def shifted(self, *, hidden_states, position_ids, past_key_values, use_static_templates):
+        tables = original(self, hidden_states=hidden_states, position_ids=position_ids,
+                          past_key_values=past_key_values, use_static_templates=use_static_templates)
+        if not use_static_templates:
+            return tables
+        seq = hidden_states.shape[1]
+        late = {}
+        for kind, (cos, sin) in tables.items():
+            template = getattr(self, f"{kind}_cos_template")[:, 1:seq + 1, :].expand_as(cos)
+            late[kind] = (template.to(cos.dtype), sin)
+        return late
+
+    monkeypatch.setattr(QuantGemma4TextModel, "_make_position_embeddings", shifted)
+    result = run_check(TEXT_MODEL, "torch_export")
+    assert not result.passed, "the shifted static template went unseen"
+    assert result.metrics["max_abs_diff"] > 0
