@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -118,13 +120,51 @@ def counting_codegens() -> Iterator[list[int]]:
         torch.fx.GraphModule.recompile = original
 
 
+class _UnsupportedOperatorLog(logging.Handler):
+    """Collects the operator names tico's check_unsupported_target logs before it raises."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.operators: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = re.match(r"NOT SUPPORTED OPERATOR\s*\n\s*\(op\) (\S+)", str(record.msg))
+        if match:
+            self.operators.append(match.group(1))
+
+
+@contextmanager
+def _naming_unsupported_operators() -> Iterator[None]:
+    """tico refuses a graph with an operator it cannot convert with one generic line, "NOT
+    SUPPORTED OPERATOR IN GRAPH MODULE", and names the operators only in its log
+    (utils/convert.py check_unsupported_target). The same error is raised again, of the same
+    type, with those names (and counts) on its first line, so a stage failure (and an
+    expectation matching it) says which operator was refused."""
+    from tico.utils.errors import NotYetSupportedError
+
+    log = _UnsupportedOperatorLog()
+    logger = logging.getLogger("tico.utils.convert")
+    logger.addHandler(log)
+    try:
+        yield
+    except NotYetSupportedError as exc:
+        if not log.operators:
+            raise
+        counts = {op: log.operators.count(op) for op in dict.fromkeys(log.operators)}
+        named = ", ".join(f"{op} x{n}" for op, n in counts.items())
+        raise type(exc)(f"{exc}: {named}") from exc
+    finally:
+        logger.removeHandler(log)
+
+
 def _convert(program: Any, defer_codegen: bool = True) -> tuple[bytes, AuditResult]:
     """Convert a private copy (tico's passes mutate the program they are given)."""
     from tico.utils.convert import convert_exported_module_to_circle
 
     observers = observer_fake_quants(program)
     deferral = _deferred_fx_codegen() if defer_codegen else contextlib.nullcontext()
-    with _capture_quantized_program() as captured, recording_folds() as applied, deferral, torch.no_grad():
+    with _capture_quantized_program() as captured, recording_folds() as applied, deferral, torch.no_grad(), \
+            _naming_unsupported_operators():
         binary = convert_exported_module_to_circle(copy.deepcopy(program))
     if "program" not in captured:
         return binary, AuditResult()

@@ -209,3 +209,79 @@ def test_mask_quant_catches_infinite_fill():
     text = problems_text(run_check(case, "mask_quant"))
     assert "QUANT mask [dynamic:padded]: has" in text and "NaN" in text
     assert "mask [dynamic:padded]: has" in problems_text(run_check(case, "mask_fill"))
+
+
+class _WhereMask(torch.nn.Module):
+    """QuantGemma4TextModel._bounded_additive_mask's pattern: torch.where(mask < 0, fill, 0)."""
+
+    def forward(self, mask: torch.Tensor) -> torch.Tensor:
+        return torch.where(mask < 0, torch.full_like(mask, -120.0), torch.zeros_like(mask)) + mask
+
+
+class _Doubling(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2.0
+
+
+def test_a_refused_operator_is_named_on_the_stage_line():
+    """tico refuses an unsupported operator with one generic line and names it only in its log; the
+    harness raises the same error type with the operator names and counts on the first line, so an
+    expectation can say which operator it diagnosed (gemma4_text_model: lt.Scalar)."""
+    from tico.utils.errors import NotYetSupportedError
+
+    from harness.export import convert_to_circle, export_program
+
+    mask = torch.zeros(1, 1, 4, 4)
+    with pytest.raises(NotYetSupportedError, match=r"^NOT SUPPORTED OPERATOR IN GRAPH MODULE: lt\.Scalar x1$"):
+        convert_to_circle(export_program(_WhereMask().eval(), (mask,)))
+    # clean: a supported graph converts, and the log handler is gone afterwards
+    assert convert_to_circle(export_program(_Doubling().eval(), (mask,))).binary
+    import logging
+
+    assert not [h for h in logging.getLogger("tico.utils.convert").handlers if type(h).__name__ == "_UnsupportedOperatorLog"]
+
+
+def test_text_model_expectation_names_its_operator():
+    """The gemma4_text_model Circle expectation holds only for the diagnosed operator: another
+    refused operator (a new breakage) is a problem it does not cover, and the item fails."""
+    from harness.expectations import judge
+
+    from cases.gemma4_text import TEXT_MODEL
+
+    expected = TEXT_MODEL.expected_failures["circle_replay"]
+    line = "stage 'circle_convert' failed: NotYetSupportedError: NOT SUPPORTED OPERATOR IN GRAPH MODULE: {}"
+    assert judge(expected, [line.format("lt.Scalar x2")]).expected
+    assert not judge(expected, [line.format("lt.Scalar x2, ne.Scalar x1")]).expected
+    assert not judge(expected, [line.format("ge.Scalar x2")]).expected
+
+
+def test_text_model_export_contract_catches_a_static_template_defect(monkeypatch):
+    """gemma4_text_model exports under QuantGemma4TextModel's export-mode contract: under
+    torch.export (torch.compiler.is_compiling()) its RoPE comes from the static templates, eagerly
+    from the rotary module. Seeded defect: the static cosine template read one position late --
+    only the traced program changes, and torch_export (eager adapter vs its program) fails.
+    Clean, the program matches the eager model exactly."""
+    from tico.quantization.wrapq.wrappers.gemma4.quant_text_model import QuantGemma4TextModel
+
+    from cases.gemma4_text import TEXT_MODEL
+
+    clean = run_clean_check(TEXT_MODEL, "torch_export")
+    assert clean.passed, problems_text(clean)
+    original = QuantGemma4TextModel._make_position_embeddings
+
+    def shifted(self, *, hidden_states, position_ids, past_key_values, use_static_templates):
+        tables = original(self, hidden_states=hidden_states, position_ids=position_ids,
+                          past_key_values=past_key_values, use_static_templates=use_static_templates)
+        if not use_static_templates:
+            return tables
+        seq = hidden_states.shape[1]
+        late = {}
+        for kind, (cos, sin) in tables.items():
+            template = getattr(self, f"{kind}_cos_template")[:, 1:seq + 1, :].expand_as(cos)
+            late[kind] = (template.to(cos.dtype), sin)
+        return late
+
+    monkeypatch.setattr(QuantGemma4TextModel, "_make_position_embeddings", shifted)
+    result = run_check(TEXT_MODEL, "torch_export")
+    assert not result.passed, "the shifted static template went unseen"
+    assert result.metrics["max_abs_diff"] > 0

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file, save_file
 from tico.quantization.wrapq.wrappers.gemma4.quant_vision_encoder import QuantGemma4VisionEncoder
 
@@ -283,3 +284,56 @@ def test_orphan_goldens_are_named(tmp_path):
         (tmp_path / f"{stem}.json").write_text("{}")
     (tmp_path / "noise.json").write_text("{}")
     assert golden.orphans(tmp_path, {"kept"}) == ["gone.e2b_dims", "gone.tiny"]
+
+
+def _adapter_raising(case):
+    """The case with an export adapter whose eager call raises (as a wrapper without an export
+    path does when called with its static ABI)."""
+    import dataclasses
+
+    def adapter(root, sample, built):
+        class Refusing(torch.nn.Module):
+            def forward(self, *args):
+                raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types")
+
+        return Refusing()
+
+    return dataclasses.replace(case, export=dataclasses.replace(case.export, adapter=adapter))
+
+
+def test_export_output_not_pinned_while_the_adapter_cannot_run(tmp_path):
+    """A case whose export adapter raises keeps a golden of everything else (the export checks own
+    that failure), says so, and round-trips."""
+    case = _adapter_raising(VISION_ENCODER)
+    written = GOLDEN.run(_pipeline(tmp_path, update="write", case=case))
+    assert written.passed, problems_text(written)
+    golden.promote(golden.staging_dir(tmp_path, "test"), tmp_path)
+    manifest = json.loads(golden.paths(tmp_path, "gemma4_vision_encoder", "tiny")[1].read_text())
+    assert "quant_output.default" in manifest["tensors"]
+    assert not any(k.startswith("export_output.") for k in manifest["tensors"])
+    (tmp_path / "noise.json").write_bytes((REPO / "golden" / "noise.json").read_bytes())
+    result = GOLDEN.run(_pipeline(tmp_path, case=case))
+    assert result.passed, problems_text(result)
+    assert any("export output not pinned" in note for note in result.notes)
+
+
+def test_export_adapter_that_stops_running_fails_the_golden(golden_copy):
+    """Seeded defect: the export adapter breaks after the golden pinned its output -- the golden's
+    tensor set changes and the item fails naming the export output."""
+    result = GOLDEN.run(_pipeline(golden_copy, case=_adapter_raising(VISION_ENCODER)))
+    assert not result.passed
+    assert "golden tensor set changed: gone ['export_output.default']" in problems_text(result)
+
+
+def test_upstream_stage_failure_is_not_hidden_as_an_unpinned_export(tmp_path, monkeypatch):
+    """Only the export adapter's own stages are left out: a calibration crash still fails the golden."""
+    import dataclasses
+
+    def broken_build(profile):
+        built = VISION_ENCODER.build(profile)
+        built.inputs.calibration[0].kwargs["inputs_embeds"] = "not a tensor"
+        return built
+
+    case = dataclasses.replace(VISION_ENCODER, build=broken_build)
+    with pytest.raises(Exception, match="stage 'calibrate' failed"):
+        GOLDEN.run(_pipeline(tmp_path, update="write", case=case))

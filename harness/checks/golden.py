@@ -22,6 +22,8 @@ def run(pipeline) -> CheckResult:
     collected = golden.collect(pipeline)
     current = collected[0]
     current_hash = golden.input_hash(pipeline)
+    if pipeline.case.export is not None and not any(k.startswith("export_output.") for k in current):
+        result.notes.append("export output not pinned: the export adapter does not run (see dynamic_vs_export)")
     if settings.update_golden:
         rewrite = golden.classify_rewrite(settings.golden_dir, case, profile, nodeid, current, current_hash,
                                           pipeline.check_settings(CHECK))
