@@ -7,7 +7,7 @@ import dataclasses
 import importlib
 from typing import Mapping
 
-from harness.case import ProfileLimits
+from harness import ProfileLimits
 
 
 def limits_table(profile: str) -> dict[str, tuple[dict[str, dict[str, float]], str]]:

@@ -32,8 +32,8 @@ from harness import (
     RotaryTables,
     Sample,
 )
-from harness.capture import first_call_kwarg
-from harness.pipeline import unwrap
+from harness import first_call_kwarg
+from harness import unwrap
 
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 

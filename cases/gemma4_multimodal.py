@@ -27,21 +27,21 @@ from harness import (
     RotaryTables,
     Sample,
 )
-from harness.capture import first_call_kwarg
-from harness.pipeline import unwrap
+from harness import first_call_kwarg
+from harness import unwrap
 
 from cases._gemma4_text_common import additive_mask, allowed_pairs, attention_unused, sin_in_convention
 from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
-from cases.gemma4 import (
+from cases._gemma4_common import (
     E2B_PROFILES,
     GEMMA4_MIN_VERSIONS,
     GEMMA4_REQUIRES,
     grid_positions,
-    text_config,
     vision_config,
     vision_model_sample,
 )
+from cases.gemma4 import text_config
 
 _COMMON = dict(family="gemma4", seed=123, requires=GEMMA4_REQUIRES, min_versions=GEMMA4_MIN_VERSIONS)
 

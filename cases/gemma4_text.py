@@ -36,8 +36,8 @@ from harness import (
     Sample,
     whole_module_export,
 )
-from harness.capture import first_call_kwarg
-from harness.pipeline import unwrap
+from harness import first_call_kwarg
+from harness import unwrap
 
 from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
@@ -54,7 +54,7 @@ from cases._gemma4_text_common import (
     sin_in_convention,
     text_config,
 )
-from cases.gemma4 import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
+from cases._gemma4_common import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
 
 SEQ = 8  # prefill length of TICO's decoder-layer and text-model smoke cases
 DECODE_MAX_SEQ = 8  # TICO's decode cache capacity: 7 past tokens + the new one

@@ -29,7 +29,7 @@ from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import replaced_qparams, with_expected
 from harness import (Built, Case, CaseInputs, Expected, ExportCapability, MaskCapability, MaskProbe, Sample,
                      calib_mode_adapter)
-from harness.pipeline import unwrap
+from harness import unwrap
 
 from cases._gemma4_text_common import (
     additive_mask,
@@ -40,7 +40,7 @@ from cases._gemma4_text_common import (
     npu_export_config,
     text_config,
 )
-from cases.gemma4 import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
+from cases._gemma4_common import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
 
 SEQ = 8  # prefill length and decode cache capacity in TICO's smoke cases
 SMOKE_SLIDING_WINDOW = 4  # TICO narrows the window so an 8-token sequence crosses it

@@ -26,8 +26,8 @@ from harness import (
     calib_mode_adapter,
     whole_module_export,
 )
-from harness.capture import first_call_kwarg
-from harness.pipeline import unwrap
+from harness import first_call_kwarg
+from harness import unwrap
 
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 

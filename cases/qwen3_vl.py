@@ -24,84 +24,25 @@ from harness import (
     Sample,
     whole_module_export,
 )
-from harness.capture import first_call_kwarg
-from harness.pipeline import unwrap
+from harness import first_call_kwarg
+from harness import unwrap
 
 from cases._profile_limits import with_profile_limits
+from cases._qwen3_vl_common import (
+    FOLDED_SCALE,
+    PROFILES,
+    QWEN3_VL_REQUIRES,
+    hf_vision_rope,
+    text_config,
+    vision_config,
+    vision_sample,
+)
 from cases._shared_diagnoses import QWEN3_VL_PATCH_EMBED_COPY, QWEN3_VL_PATCH_EMBED_REASON, replaced_qparams, with_expected
-
-QWEN3_VL_REQUIRES = ("transformers.models.qwen3_vl.modeling_qwen3_vl",)
 
 # Fixed deployment grid for export and accuracy: temporal > 1 and height != width.
 EXPORT_GRID = (2, 4, 6)
 # Extra grids for rotary parity only (non-square both ways, temporal 1..3).
 ROTARY_GRIDS = ((1, 4, 8), (2, 8, 4), (3, 2, 6))
-
-_TINY_VISION = dict(
-    hidden_size=64,
-    num_heads=4,
-    depth=1,
-    temporal_patch_size=2,
-    patch_size=16,
-    out_hidden_size=64,
-    spatial_merge_size=2,
-    deepstack_visual_indexes=[0],
-    num_position_embeddings=64,
-)
-
-
-# TICO's qwen3_vl_4b_dims vision widths with one block ("e2b_dims" in this harness).
-_E2B_VISION = dict(
-    hidden_size=1024,
-    intermediate_size=4096,
-    num_heads=16,
-    depth=1,
-    hidden_act="gelu_pytorch_tanh",
-    in_channels=3,
-    temporal_patch_size=2,
-    patch_size=16,
-    out_hidden_size=2560,
-    spatial_merge_size=2,
-    num_position_embeddings=2304,
-    deepstack_visual_indexes=[0],
-)
-_VISION_PROFILES = {"tiny": _TINY_VISION, "e2b_dims": _E2B_VISION}
-PROFILES = ("tiny", "e2b_dims")
-
-
-def vision_config(profile: str):
-    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
-
-    if profile not in _VISION_PROFILES:
-        raise ValueError(f"unknown Qwen3-VL vision profile {profile!r}")
-    cfg = Qwen3VLVisionConfig(**_VISION_PROFILES[profile])
-    cfg._attn_implementation = "eager"
-    return cfg
-
-
-def patch_dim(cfg) -> int:
-    return cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size
-
-
-def vision_sample(cfg, grid: tuple[int, int, int]) -> Sample:
-    """Batch-one flattened patches for one image/video of ``grid`` = (t, h, w) patches."""
-    t, h, w = grid
-    pixels = torch.randn(1, t * h * w, patch_dim(cfg))
-    return Sample(args=(pixels, torch.tensor([list(grid)])))
-
-
-def hf_vision_rope(model: torch.nn.Module, grid_thw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Hugging Face's cos/sin for ``grid_thw`` through whichever API this version has."""
-    if hasattr(model, "rot_pos_emb"):
-        freqs = model.rot_pos_emb(grid_thw)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos(), emb.sin()
-    from transformers.vision_utils import get_vision_position_ids
-
-    positions = get_vision_position_ids(grid_thw, model.spatial_merge_size)
-    probe = torch.zeros(1, dtype=model.rotary_pos_emb.inv_freq.dtype)
-    return model.rotary_pos_emb(probe, positions)
-
 
 def pooled_output(output) -> torch.Tensor:
     """The merged visual tokens: HF's pooler_output, or the adapter's first tuple element."""
@@ -153,11 +94,6 @@ def _vision_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, built: 
 
 
 _NO_MASK = "vision attention is block-diagonal over cu_seqlens; the wrapper builds no additive mask"
-_FOLDED_SCALE = (
-    "QuantQwen3VLVisionAttention folds the 1/sqrt(head_dim) logit scale into the k rows of qkv at "
-    "construction, so this observer is declared but never fed nor applied (dead observer)"
-)
-
 VISION_MODEL = Case(
     name="qwen3_vl_vision_model",
     family="qwen3_vl",
@@ -190,8 +126,8 @@ VISION_MODEL = Case(
         "mask_quant": _NO_MASK,
     },
     unused_observers={
-        "blocks.*.attn.wrapped.obs_scaling": _FOLDED_SCALE,
-        "blocks.*.attn.wrapped.obs_mul_logits_scale": _FOLDED_SCALE,
+        "blocks.*.attn.wrapped.obs_scaling": FOLDED_SCALE,
+        "blocks.*.attn.wrapped.obs_mul_logits_scale": FOLDED_SCALE,
     },
 )
 
@@ -286,14 +222,14 @@ VISION_PARTS = [
              "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
              "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
          },
-         unused_observers={"obs_scaling": _FOLDED_SCALE, "obs_mul_logits_scale": _FOLDED_SCALE},
+         unused_observers={"obs_scaling": FOLDED_SCALE, "obs_mul_logits_scale": FOLDED_SCALE},
          export=_fixed_grid_export(), **_PART),
     Case(name="qwen3_vl_vision_block", build=build_vision_block, expected_wrapper="QuantQwen3VLVisionBlock",
          settings={
              "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
              "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
          },
-         unused_observers={"attn.wrapped.obs_scaling": _FOLDED_SCALE, "attn.wrapped.obs_mul_logits_scale": _FOLDED_SCALE},
+         unused_observers={"attn.wrapped.obs_scaling": FOLDED_SCALE, "attn.wrapped.obs_mul_logits_scale": FOLDED_SCALE},
          export=_fixed_grid_export(), **_PART),
     Case(name="qwen3_vl_vision_patch_embed", build=build_patch_embed, expected_wrapper="QuantQwen3VLVisionPatchEmbed",
          settings={
@@ -310,31 +246,6 @@ VISION_PARTS = [
 ]
 
 # -- text MLP (TICO's tiny text config) ------------------------------------------------------------
-
-
-def text_config(profile: str, max_seq: int = 32):
-    """TICO's tiny text config, or its qwen3_vl_4b_dims widths with one layer ("e2b_dims");
-    ``max_seq`` is the static window (max_position_embeddings) the wrappers' masks are built for."""
-    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
-
-    if profile == "tiny":
-        cfg = Qwen3VLTextConfig(
-            vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
-            num_key_value_heads=2, head_dim=32, max_position_embeddings=max_seq,
-            rope_scaling={"rope_type": "default", "mrope_section": [1, 1, 2]},
-        )
-    elif profile == "e2b_dims":
-        cfg = Qwen3VLTextConfig(
-            vocab_size=151_936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=1, num_attention_heads=32,
-            num_key_value_heads=8, head_dim=128, hidden_act="silu", max_position_embeddings=max_seq, rms_norm_eps=1e-6,
-            attention_bias=False, attention_dropout=0.0, use_cache=False,
-            rope_scaling={"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [24, 20, 20],
-                          "mrope_interleaved": True},
-        )
-    else:
-        raise ValueError(f"unknown Qwen3-VL text profile {profile!r}")
-    cfg._attn_implementation = "eager"
-    return cfg
 
 
 def build_text_mlp(profile: str) -> Built:

@@ -30,12 +30,12 @@ from harness import (
     Sample,
     calib_mode_adapter,
 )
-from harness.capture import first_call_kwarg
-from harness.pipeline import unwrap
+from harness import first_call_kwarg
+from harness import unwrap
 from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, vision_and_mask_copies, replaced_qparams, with_expected
 
-from cases.qwen3_vl import _FOLDED_SCALE, QWEN3_VL_REQUIRES, hf_vision_rope, text_config, vision_sample
+from cases._qwen3_vl_common import FOLDED_SCALE, QWEN3_VL_REQUIRES, hf_vision_rope, text_config, vision_sample
 
 FILL = -120.0  # tico's default attention_mask_fill_value
 SEQ = 8  # TICO's text prefill length / decode capacity
@@ -431,8 +431,8 @@ _TEXT_ONLY_UNUSED = {
 
 
 _MM_UNUSED = {
-    "*attn.wrapped.obs_scaling": _FOLDED_SCALE,
-    "*attn.wrapped.obs_mul_logits_scale": _FOLDED_SCALE,
+    "*attn.wrapped.obs_scaling": FOLDED_SCALE,
+    "*attn.wrapped.obs_mul_logits_scale": FOLDED_SCALE,
     "*self_attn.wrapped.obs_logits_raw": _FUSED_SCALE,
     "*self_attn.wrapped.obs_scale": _FUSED_SCALE,
     "*self_attn.wrapped.obs_past_key": "TICO's model input runs without a cache: no past key/value is fed",

@@ -1,4 +1,7 @@
-"""wrapq validation harness: generic checks for TICO PTQ wrappers against Hugging Face modules."""
+"""wrapq validation harness: generic checks for TICO PTQ wrappers against Hugging Face modules.
+
+What a case file or an out-of-tree check needs is exported here (README "Writing a case",
+"Writing a check"); the rest of the package is the harness's own."""
 
 from harness.case import (
     Built,
@@ -15,10 +18,12 @@ from harness.case import (
     first_tensor,
     whole_module_export,
 )
+from harness.capture import first_call_kwarg
 from harness.check_settings import merged as merged_settings
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
 from harness.checks.export_contract import calib_mode_adapter
 from harness.expectations import Expected
+from harness.lifecycle_ops import unwrap
 from harness.portable import GoldenTolerance
 
 __all__ = [
@@ -39,8 +44,10 @@ __all__ = [
     "RotaryTables",
     "Sample",
     "calib_mode_adapter",
+    "first_call_kwarg",
     "first_tensor",
     "merged_settings",
     "requires_capability",
+    "unwrap",
     "whole_module_export",
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from harness import Built, Case, CaseInputs, Expected, RotaryCapability, RotaryTables, Sample, whole_module_export
-from harness.pipeline import unwrap
+from harness import unwrap
 
 # The tiny Qwen3-VL vision config the in-tree qwen3_vl cases use: head_dim 16, so 4
 # inverse frequencies per spatial axis; spatial merge 2.
