@@ -67,11 +67,14 @@ def _traced_index(q: torch.fx.Node) -> int | None:
     return (int(match.group(1)) if match.group(1) else 0) if match else None
 
 
-def applied_qparams(graph: torch.fx.Graph) -> list[dict[str, Any]]:
+def applied_qparams(graph: torch.fx.Graph, with_redundant: bool = False) -> list[dict[str, Any]]:
     """One record per per-tensor fake-quant of the graph FoldQuantOps is about to fold: the
     node that will carry its qparams ('carrier'), the qparams, the wrapper line and module.
     A fake-quant of a value that was just fake-quantized with other qparams is a
-    re-quantization, which FoldQuantOps keeps as a Quantize op: its carrier is that op."""
+    re-quantization, which FoldQuantOps keeps as a Quantize op: its carrier is that op. A
+    re-quantization with the very qparams of the value is dropped by FoldQuantOps; with
+    ``with_redundant`` it is listed too, flagged ``redundant`` (torch still applies it: once an
+    upstream observer is aligned to other qparams it is no longer a no-op in torch)."""
     q_target = torch.ops.quantized_decomposed.quantize_per_tensor.default
     dq_target = torch.ops.quantized_decomposed.dequantize_per_tensor.default
     records = []
@@ -85,11 +88,14 @@ def applied_qparams(graph: torch.fx.Graph) -> list[dict[str, Any]]:
         scale, zero_point, qmin, qmax = (float(q.args[1]), int(q.args[2]), int(q.args[3]), int(q.args[4]))
         producer = q.args[0]
         carrier = producer.name
+        redundant = False
         if producer.op == "call_function" and producer.target == dq_target:
-            if float(producer.args[1]) == scale and int(producer.args[2]) == zero_point:
-                continue  # the same qparams twice: FoldQuantOps drops it, nothing to keep
+            # The same qparams twice: FoldQuantOps drops it, the Circle model has no trace of it.
+            redundant = float(producer.args[1]) == scale and int(producer.args[2]) == zero_point
             carrier = q.name
-        records.append({"ordinal": ordinal, "traced_index": _traced_index(q), "tensor": carrier, "scale": scale, "zero_point": zero_point, "qmin": qmin, "qmax": qmax,
+        if redundant and not with_redundant:
+            continue
+        records.append({"ordinal": ordinal, "redundant": redundant, "traced_index": _traced_index(q), "tensor": carrier, "scale": scale, "zero_point": zero_point, "qmin": qmin, "qmax": qmax,
                         "module": _module_path(q),
                         "line": _wrapper_line(producer.meta.get("stack_trace") or q.meta.get("stack_trace"))})
     return records
@@ -104,7 +110,8 @@ _PROPAGATING_PASSES = (
 
 @contextmanager
 def recording_folds() -> Iterator[list[dict[str, Any]]]:
-    """Record ``applied_qparams`` of every graph tico's FoldQuantOps folds while active, and
+    """Record ``applied_qparams`` (redundant ones included, flagged) of every graph tico's
+    FoldQuantOps folds while active, and
     name the qparam-propagating pass after which a record's tensor first holds other qparams
     (``record["overwritten_by"]``)."""
     import importlib
@@ -116,7 +123,7 @@ def recording_folds() -> Iterator[list[dict[str, Any]]]:
     originals = [(FoldQuantOps, FoldQuantOps.call)]
 
     def fold(self: Any, exported_program: Any) -> Any:
-        recorded.extend(applied_qparams(exported_program.graph_module.graph))
+        recorded.extend(applied_qparams(exported_program.graph_module.graph, with_redundant=True))
         return originals[0][1](self, exported_program)
 
     def after(original: Any, pass_name: str) -> Any:
@@ -124,6 +131,8 @@ def recording_folds() -> Iterator[list[dict[str, Any]]]:
             outcome = original(self, exported_program)
             nodes = {node.name: node for node in exported_program.graph_module.graph.nodes}
             for record in recorded:
+                if record["redundant"]:
+                    continue
                 node = nodes.get(record["tensor"])
                 if "overwritten_by" not in record and node is not None and QPARAM_KEY in node.meta \
                         and not _same(record["scale"], record["zero_point"], node.meta[QPARAM_KEY]):
@@ -317,11 +326,14 @@ def attribute_observers(applied: list[dict[str, Any]], observers: list[tuple[str
     return None
 
 
-def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], overwritten: list[dict[str, Any]]
+def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], overwritten: list[dict[str, Any]],
+                      requantized: list[dict[str, Any]] = (), redundant: list[dict[str, Any]] = ()
                       ) -> tuple[torch.nn.Module | None, list[str]]:
     """A private copy of ``root`` whose observers apply the qparams the Circle model holds for
     each overwritten tensor (a dropped fake-quant, or one on a data-movement op, which Circle
-    never requantizes, is switched off): the smallest change that
+    never requantizes, is switched off), and which fake-quantizes each ``requantized`` value
+    (``requantized_unapplied``) as Circle requantizes it, and whose ``redundant`` fake-quants
+    (dropped by FoldQuantOps) are off: the smallest change that
     makes torch quantize what Circle quantizes. None, with the reasons, when an overwritten
     tensor's observer is unknown, or an observer also quantizes a tensor Circle holds as torch
     does (changing it would change that tensor too), or would need two replacements."""
@@ -342,9 +354,16 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
         if record["ordinal"] not in changed and record.get("observer") in wanted:
             why.append(f"observer {record['observer']} also quantizes tensor {record['tensor']}, which the Circle "
                        f"model holds with the same qparams")
+    # A fake-quant FoldQuantOps dropped (it re-applied its input's qparams) is absent from the
+    # Circle model: off in the copy, unless its observer also applies a kept fake-quant.
+    kept = {record.get("observer") for record in applied}
+    dropped = {record["observer"] for record in redundant if record.get("observer") and record["observer"] not in kept
+               and record["observer"] not in wanted}
     if why:
         return None, why
     twin = copy.deepcopy(root)
+    for path in sorted(dropped):
+        twin.get_submodule(path).fake_quant_enabled = False
     for path, (scale, zero_point) in wanted.items():
         observer = twin.get_submodule(path)
         if scale is None:
@@ -352,4 +371,99 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
             continue
         observer._cached_scale = torch.full_like(observer._cached_scale, scale)
         observer._cached_zp = torch.full_like(observer._cached_zp, zero_point)
+    if requantized:
+        twin = _Requantizing(twin, list(requantized))
     return twin, []
+
+
+# Elementwise aten ops whose Circle kernel requantizes its output to the qparams its tensor holds
+# (tico's runtime requantizes every operator outside VALUE_PRESERVING_BUILTIN_NAMES and
+# QUANTIZE/DEQUANTIZE: circle/runtime/executor.py:349-359). torch applies no fake-quant where the
+# wrapper applies none; a propagation pass can still give such a node qparams (PropagateQParamBackward
+# gives a concatenation's inputs its output's, propagate_qparam_backward.py:73-81), and then Circle
+# quantizes a value torch keeps in float.
+_REQUANTIZING_UNARY = frozenset({"aten.neg.default"})
+
+_QRANGE = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767), "uint4": (0, 15), "int4": (-8, 7)}
+
+
+def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[dict[str, Any]]:
+    """Nodes of the final quantized graph whose Circle operator requantizes its output with
+    per-tensor qparams no torch fake-quant applied to that value: each with its op, the call
+    index of that op among the program's nodes of the same target (the order torch dispatches
+    them in), its qparams and the shape of its value."""
+    from tico.serialize.quant_param import QPARAM_KEY
+
+    carriers = {record["tensor"] for record in applied}
+    found = []
+    counts: dict[str, int] = {}
+    nodes = list(program.graph_module.graph.nodes)
+    for node in nodes:
+        if node.op != "call_function":
+            continue
+        target = _target(node)
+        if target not in _REQUANTIZING_UNARY:
+            continue
+        index = counts.get(target, 0)
+        counts[target] = index + 1
+        qparam = node.meta.get(QPARAM_KEY)
+        if node.name in carriers or qparam is None or qparam.scale is None or len(qparam.scale) != 1:
+            continue
+        qmin, qmax = _QRANGE.get(str(qparam.dtype), (None, None))
+        if qmin is None:
+            continue
+        value = node.meta.get("val")
+        found.append({"tensor": node.name, "op": target, "call_index": index, "scale": float(qparam.scale[0]),
+                      "zero_point": int(qparam.zero_point[0]), "qmin": qmin, "qmax": qmax,
+                      "shape": tuple(value.shape) if isinstance(value, torch.Tensor) else None,
+                      "line": _wrapper_line(node.meta.get("stack_trace")), "module": _module_path(node)})
+    for record in found:  # how many calls of the op the graph makes: the eager run must make as many
+        record["calls"] = counts[record["op"]]
+    return found
+
+
+def describe_requantized(record: dict[str, Any]) -> str:
+    return (f"tensor {record['tensor']} ({record['line']}, {record['op']}): torch applies no fake-quant, the "
+            f"Circle model requantizes it with scale {record['scale']:.6g} zp {record['zero_point']} "
+            f"(range {record['qmin']}..{record['qmax']})")
+
+
+class _Requantizing(torch.nn.Module):
+    """Runs ``inner`` with the outputs of the listed op calls fake-quantized as Circle requantizes
+    them. Refuses (RuntimeError) when the eager run calls an op another number of times than the
+    graph, or a call's value has another shape: then the calls cannot be matched to the nodes."""
+
+    def __init__(self, inner: torch.nn.Module, requantized: list[dict[str, Any]]):
+        super().__init__()
+        self.inner = inner
+        self.requantized = requantized
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        by_call = {(record["op"], record["call_index"]): record for record in self.requantized}
+        expected = {record["op"]: record["calls"] for record in self.requantized}
+        seen: dict[str, int] = {}
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                name = str(func)
+                if name not in expected:
+                    return out
+                index = seen.get(name, 0)
+                seen[name] = index + 1
+                record = by_call.get((name, index))
+                if record is None:
+                    return out
+                if record["shape"] is not None and tuple(out.shape) != record["shape"]:
+                    raise RuntimeError(f"call {index} of {name} has shape {tuple(out.shape)}, the graph's "
+                                       f"{record['tensor']} {record['shape']}")
+                return torch.fake_quantize_per_tensor_affine(out, record["scale"], record["zero_point"],
+                                                             record["qmin"], record["qmax"])
+
+        with Mode():
+            outcome = self.inner(*args, **kwargs)
+        if seen != expected:
+            raise RuntimeError(f"the eager run called {seen}, the graph {expected}")
+        return outcome
