@@ -66,13 +66,26 @@ CONV3D_SLICES_REASON = (
     "(_input_slice_obs[k], nn/quant_conv3d_decomposed.py:249); " + _FORWARD + ", so each SLICE holds the "
     "padded input's qparams in Circle"
 )
+EMBEDDING_GATHER_PATTERN = (r"\.(act_out_obs|obs_embedding)\): torch fake-quantizes it with scale \S+ zp -?\d+, the "
+                            r"Circle model keeps the per-channel quantization of the table it gathers from "
+                            r"\(a data-movement op does not requantize\)$")
+EMBEDDING_GATHER_REASON = (
+    "the embedding wrappers fake-quantize the table per row (weight observer PER_CHANNEL_ASYMM, channel_axis=0: "
+    "nn/quant_embedding.py:40-44, gemma4/quant_text_scaled_word_embedding.py:51-52) and the gathered rows once "
+    "more per tensor (act_out_obs, nn/quant_embedding.py:70; obs_embedding, "
+    "gemma4/quant_text_scaled_word_embedding.py); the embedding becomes a GATHER, which tico's runtime never "
+    "requantizes (GATHER in VALUE_PRESERVING_BUILTIN_NAMES, circle/runtime/kernels/__init__.py:38-61), so in "
+    "Circle the rows keep the table's per-row quantization and the per-tensor fake-quant is not applied"
+)
 
 
-def replaced_qparams(rotate_half: bool = True, kv_present: bool = False, conv3d_slices: bool = False) -> Expected:
+def replaced_qparams(rotate_half: bool = True, kv_present: bool = False, conv3d_slices: bool = False,
+                     embedding: bool = False) -> Expected:
     """The qparam_consistency expectation for the replacements a case's wrappers diagnose."""
     rotate = f"({ROTATE_HALF_PATTERN})|({ROTATE_HALF_CAT_PATTERN})"
     parts = [(rotate_half, ROTATE_HALF_REASON, rotate), (kv_present, KV_PRESENT_REASON, KV_PRESENT_PATTERN),
-             (conv3d_slices, CONV3D_SLICES_REASON, CONV3D_SLICES_PATTERN)]
+             (conv3d_slices, CONV3D_SLICES_REASON, CONV3D_SLICES_PATTERN),
+             (embedding, EMBEDDING_GATHER_REASON, EMBEDDING_GATHER_PATTERN)]
     chosen = [(reason, pattern) for wanted, reason, pattern in parts if wanted]
     return Expected("; ".join(reason for reason, _ in chosen), problems=tuple(pattern for _, pattern in chosen))
 

@@ -186,24 +186,33 @@ def _value_inputs(node: torch.fx.Node) -> list[torch.fx.Node] | None:
         return [node.args[0].args[0]]
     if target == "aten.cat.default":
         return [arg for arg in node.args[0] if isinstance(arg, torch.fx.Node)]
+    if target == "aten.embedding.default" and isinstance(node.args[0], torch.fx.Node):
+        return [node.args[0]]  # GATHER: the rows of the table, as the table is quantized
     if target in _VALUE_PRESERVING and isinstance(node.args[0], torch.fx.Node):
         return [node.args[0]]
     return None
 
 
 MIXED = "mixed"
+# the value keeps its input's per-channel quantization (a GATHER of per-row quantized table rows)
+PER_CHANNEL = "per_channel"
 
 
 def _carried(node: torch.fx.Node, qparam_key: str, depth: int = 0) -> tuple[Any, torch.fx.Node] | str | None:
     """(qparams, node that applied them) of the value ``node`` produces in Circle: its own for
     an operator that requantizes, its input's for a data-movement one. ``MIXED`` when the
-    inputs of a concatenation carry different quantizations; None when one carries none."""
+    inputs of a concatenation carry different quantizations; ``PER_CHANNEL`` when the value keeps
+    a per-channel quantization (an embedding's GATHER of its per-row quantized table); None when
+    one carries none."""
     sources = _value_inputs(node) if depth < 64 else None
     if not sources:
         return node.meta.get(qparam_key), node
     carried = [_carried(source, qparam_key, depth + 1) for source in sources]
     if any(c == MIXED for c in carried):
         return MIXED
+    if any(c == PER_CHANNEL or (isinstance(c, tuple) and c[0] is not None and c[0].scale is not None
+                                and len(c[0].scale) > 1) for c in carried):
+        return PER_CHANNEL
     if any(c is None or c[0] is None or c[0].scale is None or len(c[0].scale) != 1 for c in carried):
         return None
     first = carried[0]
@@ -234,6 +243,10 @@ def overwritten_qparams(applied: list[dict[str, Any]], program: Any
         if carried == MIXED:
             found.append(dict(record, circle_scale=None, circle_zero_point=None, circle_source=None, circle_mixed=True))
             continue
+        if carried == PER_CHANNEL:
+            found.append(dict(record, circle_scale=None, circle_zero_point=None, circle_source=None,
+                              circle_per_channel=True))
+            continue
         qparam, source = carried if carried is not None else (node.meta.get(QPARAM_KEY) if node is not None else None,
                                                               node)
         if _same(record["scale"], record["zero_point"], qparam):
@@ -252,6 +265,10 @@ def describe(record: dict[str, Any]) -> str:
         return (f"tensor {record['tensor']} ({record['line']}, {record.get('observer') or 'observer not identified'}): "
                 f"torch fake-quantizes it with {torch_side}, the Circle model holds its inputs' quantizations "
                 f"unchanged, and they differ (a concatenation does not requantize)")
+    if record.get("circle_per_channel"):
+        return (f"tensor {record['tensor']} ({record['line']}, {record.get('observer') or 'observer not identified'}): "
+                f"torch fake-quantizes it with {torch_side}, the Circle model keeps the per-channel quantization "
+                f"of the table it gathers from (a data-movement op does not requantize)")
     if record["circle_scale"] is None:
         circle_side = "no qparams (the fake-quant was dropped)"
     else:
@@ -332,8 +349,9 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
     """A private copy of ``root`` whose observers apply the qparams the Circle model holds for
     each overwritten tensor (a dropped fake-quant, or one on a data-movement op, which Circle
     never requantizes, is switched off), and which fake-quantizes each ``requantized`` value
-    (``requantized_unapplied``) as Circle requantizes it, and whose ``redundant`` fake-quants
-    (dropped by FoldQuantOps) are off: the smallest change that
+    (``requantized_unapplied``) as Circle requantizes it, whose ``redundant`` fake-quants
+    (dropped by FoldQuantOps) are off, and whose per-tensor fake-quants round as Circle's runtime
+    does (``circle_fake_quant``): the smallest change that
     makes torch quantize what Circle quantizes. None, with the reasons, when an overwritten
     tensor's observer is unknown, or an observer also quantizes a tensor Circle holds as torch
     does (changing it would change that tensor too), or would need two replacements."""
@@ -345,7 +363,7 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
         if not record.get("observer"):
             continue
         # A data-movement op applies no quantization in Circle: its value is its input's.
-        keeps_input = record.get("circle_source") or record.get("circle_mixed")
+        keeps_input = record.get("circle_source") or record.get("circle_mixed") or record.get("circle_per_channel")
         target = (None, None) if keeps_input else (record["circle_scale"], record["circle_zero_point"])
         if wanted.setdefault(record["observer"], target) != target:
             why.append(f"observer {record['observer']} would need two replacements ({wanted[record['observer']]} "
@@ -364,6 +382,7 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
     twin = copy.deepcopy(root)
     for path in sorted(dropped):
         twin.get_submodule(path).fake_quant_enabled = False
+    _quantizes_as_circle(twin)
     for path, (scale, zero_point) in wanted.items():
         observer = twin.get_submodule(path)
         if scale is None:
@@ -371,14 +390,12 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
             continue
         observer._cached_scale = torch.full_like(observer._cached_scale, scale)
         observer._cached_zp = torch.full_like(observer._cached_zp, zero_point)
-    if requantized:
-        twin = _Requantizing(twin, list(requantized))
-    return twin, []
+    return _Requantizing(twin, list(requantized)), []
 
 
 # Elementwise aten ops whose Circle kernel requantizes its output to the qparams its tensor holds
 # (tico's runtime requantizes every operator outside VALUE_PRESERVING_BUILTIN_NAMES and
-# QUANTIZE/DEQUANTIZE: circle/runtime/executor.py:349-359). torch applies no fake-quant where the
+# QUANTIZE/DEQUANTIZE: circle/runtime/executor.py:349-353). torch applies no fake-quant where the
 # wrapper applies none; a propagation pass can still give such a node qparams (PropagateQParamBackward
 # gives a concatenation's inputs its output's, propagate_qparam_backward.py:73-81), and then Circle
 # quantizes a value torch keeps in float.
@@ -428,10 +445,62 @@ def describe_requantized(record: dict[str, Any]) -> str:
             f"(range {record['qmin']}..{record['qmax']})")
 
 
+def circle_fake_quant(x: torch.Tensor, scale: float | torch.Tensor, zero_point: int | torch.Tensor, qmin: int, qmax: int
+                      ) -> torch.Tensor:
+    """Fake-quantize as tico's Circle runtime does (circle/runtime/quantization.py, quantize_array:
+    ``round_half_away_from_zero(value / scale) + zero_point``, clipped, then ``(q - zp) * scale``, in
+    float32). torch's fake_quantize_per_tensor_affine computes ``nearbyint(x * (1 / scale))``
+    instead: a tie goes to the even level, and the reciprocal moves a value lying exactly on a
+    tie (e.g. a calibrated minimum, ``-127.5`` steps from the zero point) off it, so the two land on
+    adjacent levels there."""
+    scale = torch.as_tensor(scale, dtype=torch.float32).reshape(())
+    zero_point = torch.as_tensor(zero_point, dtype=torch.float32).reshape(())
+    value = x.to(torch.float32) / scale
+    rounded = torch.where(value >= 0, torch.floor(value + 0.5), torch.ceil(value - 0.5))
+    return ((torch.clamp(rounded + zero_point, qmin, qmax) - zero_point) * scale).to(x.dtype)
+
+
+def _circle_observer_fake_quant(observer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    if not observer.fake_quant_enabled:
+        return x
+    return circle_fake_quant(x, observer._cached_scale, observer._cached_zp, observer.dtype.qmin, observer.dtype.qmax)
+
+
+def _quantizes_as_circle(twin: torch.nn.Module) -> int:
+    """Give every per-tensor observer of ``twin`` Circle's quantize arithmetic; how many."""
+    import types
+
+    count = 0
+    for module in twin.modules():
+        scale = getattr(module, "_cached_scale", None)
+        if isinstance(scale, torch.Tensor) and scale.numel() == 1 and getattr(module, "channel_axis", None) is None \
+                and hasattr(module, "fake_quant") and hasattr(module, "dtype"):
+            module.fake_quant = types.MethodType(_circle_observer_fake_quant, module)
+            count += 1
+    return count
+
+
+def _circle_rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06) -> torch.Tensor:
+    """RMS_NORM as tico's Circle runtime computes it (circle/runtime/kernels/nn.py:628-632): in
+    float64, ``gamma * (x / sqrt(mean(x * x) + eps))``, cast back. tico's torch op
+    circle_custom::rms_norm (utils/register_custom_op.py:1078-1082) computes in float32,
+    ``weight * (x * rsqrt(mean(x ** 2) + eps))``: the results differ in the last bits, and a value
+    near a rounding boundary of the following fake-quant lands on the adjacent level."""
+    source = hidden_states.to(torch.float64)
+    rms = torch.sqrt((source * source).mean(-1, keepdim=True) + eps)
+    return (weight.to(torch.float64) * (source / rms)).to(hidden_states.dtype)
+
+
+# torch ops the aligned copy computes with the arithmetic of the Circle kernel they become.
+_CIRCLE_KERNELS = {"circle_custom.rms_norm.default": _circle_rms_norm}
+
+
 class _Requantizing(torch.nn.Module):
-    """Runs ``inner`` with the outputs of the listed op calls fake-quantized as Circle requantizes
-    them. Refuses (RuntimeError) when the eager run calls an op another number of times than the
-    graph, or a call's value has another shape: then the calls cannot be matched to the nodes."""
+    """Runs ``inner`` as the Circle runtime computes: ops with a Circle kernel of other arithmetic
+    (``_CIRCLE_KERNELS``) computed that way, and the outputs of the listed op calls fake-quantized
+    as Circle requantizes them. Refuses (RuntimeError) when the eager run calls an op another
+    number of times than the graph, or a call's value has another shape: then the calls cannot
+    be matched to the nodes."""
 
     def __init__(self, inner: torch.nn.Module, requantized: list[dict[str, Any]]):
         super().__init__()
@@ -447,8 +516,10 @@ class _Requantizing(torch.nn.Module):
 
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
                 name = str(func)
+                if name in _CIRCLE_KERNELS:
+                    return _CIRCLE_KERNELS[name](*args, **(kwargs or {}))
+                out = func(*args, **(kwargs or {}))
                 if name not in expected:
                     return out
                 index = seen.get(name, 0)
@@ -459,8 +530,7 @@ class _Requantizing(torch.nn.Module):
                 if record["shape"] is not None and tuple(out.shape) != record["shape"]:
                     raise RuntimeError(f"call {index} of {name} has shape {tuple(out.shape)}, the graph's "
                                        f"{record['tensor']} {record['shape']}")
-                return torch.fake_quantize_per_tensor_affine(out, record["scale"], record["zero_point"],
-                                                             record["qmin"], record["qmax"])
+                return circle_fake_quant(out, record["scale"], record["zero_point"], record["qmin"], record["qmax"])
 
         with Mode():
             outcome = self.inner(*args, **kwargs)
