@@ -344,14 +344,17 @@ def attribute_observers(applied: list[dict[str, Any]], observers: list[tuple[str
 
 
 def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], overwritten: list[dict[str, Any]],
-                      requantized: list[dict[str, Any]] = (), redundant: list[dict[str, Any]] = ()
+                      requantized: list[dict[str, Any]] = (), redundant: list[dict[str, Any]] = (),
+                      circle_rounding: bool = True, circle_kernels: bool = True
                       ) -> tuple[torch.nn.Module | None, list[str]]:
     """A private copy of ``root`` whose observers apply the qparams the Circle model holds for
     each overwritten tensor (a dropped fake-quant, or one on a data-movement op, which Circle
     never requantizes, is switched off), and which fake-quantizes each ``requantized`` value
     (``requantized_unapplied``) as Circle requantizes it, whose ``redundant`` fake-quants
     (dropped by FoldQuantOps) are off, and whose per-tensor fake-quants round as Circle's runtime
-    does (``circle_fake_quant``): the smallest change that
+    does (``circle_fake_quant``; ``circle_rounding``) and whose ops with a Circle kernel of other
+    arithmetic compute as that kernel (``_CIRCLE_KERNELS``; ``circle_kernels``) -- the two switches
+    exist for the reproduction tests: the smallest change that
     makes torch quantize what Circle quantizes. None, with the reasons, when an overwritten
     tensor's observer is unknown, or an observer also quantizes a tensor Circle holds as torch
     does (changing it would change that tensor too), or would need two replacements."""
@@ -368,6 +371,10 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
         if wanted.setdefault(record["observer"], target) != target:
             why.append(f"observer {record['observer']} would need two replacements ({wanted[record['observer']]} "
                        f"and {target})")
+    # Only a requantization whose qparams come from where the diagnosis says (the concatenation
+    # it feeds, PropagateQParamBackward) is modelled; any other would be absorbed unexplained.
+    why += [f"tensor {record['tensor']}: Circle requantizes it with {describe_requantized(record).split('(range')[1]}"
+            for record in requantized if not record.get("qparam_from")]
     for record in applied:
         if record["ordinal"] not in changed and record.get("observer") in wanted:
             why.append(f"observer {record['observer']} also quantizes tensor {record['tensor']}, which the Circle "
@@ -382,7 +389,8 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
     twin = copy.deepcopy(root)
     for path in sorted(dropped):
         twin.get_submodule(path).fake_quant_enabled = False
-    _quantizes_as_circle(twin)
+    if circle_rounding:
+        _quantizes_as_circle(twin)
     for path, (scale, zero_point) in wanted.items():
         observer = twin.get_submodule(path)
         if scale is None:
@@ -390,7 +398,7 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
             continue
         observer._cached_scale = torch.full_like(observer._cached_scale, scale)
         observer._cached_zp = torch.full_like(observer._cached_zp, zero_point)
-    return _Requantizing(twin, list(requantized)), []
+    return _Requantizing(twin, list(requantized), circle_kernels), []
 
 
 # Elementwise aten ops whose Circle kernel requantizes its output to the qparams its tensor holds
@@ -430,7 +438,11 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
         if qmin is None:
             continue
         value = node.meta.get("val")
-        found.append({"tensor": node.name, "op": target, "call_index": index, "scale": float(qparam.scale[0]),
+        # Where the qparams come from: the concatenation it feeds, as PropagateQParamBackward copies them.
+        origin = next((user.name for user in node.users if _target(user) == "aten.cat.default"
+                       and _same(float(qparam.scale[0]), int(qparam.zero_point[0]), user.meta.get(QPARAM_KEY))), None)
+        found.append({"tensor": node.name, "op": target, "call_index": index, "qparam_from": origin,
+                      "scale": float(qparam.scale[0]),
                       "zero_point": int(qparam.zero_point[0]), "qmin": qmin, "qmax": qmax,
                       "shape": tuple(value.shape) if isinstance(value, torch.Tensor) else None,
                       "line": _wrapper_line(node.meta.get("stack_trace")), "module": _module_path(node)})
@@ -440,9 +452,11 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
 
 
 def describe_requantized(record: dict[str, Any]) -> str:
+    origin = (f"the qparams of the concatenation {record['qparam_from']} it feeds" if record.get("qparam_from")
+              else "qparams of no concatenation it feeds")
     return (f"tensor {record['tensor']} ({record['line']}, {record['op']}): torch applies no fake-quant, the "
             f"Circle model requantizes it with scale {record['scale']:.6g} zp {record['zero_point']} "
-            f"(range {record['qmin']}..{record['qmax']})")
+            f"(range {record['qmin']}..{record['qmax']}; {origin})")
 
 
 def circle_fake_quant(x: torch.Tensor, scale: float | torch.Tensor, zero_point: int | torch.Tensor, qmin: int, qmax: int
@@ -502,23 +516,25 @@ class _Requantizing(torch.nn.Module):
     number of times than the graph, or a call's value has another shape: then the calls cannot
     be matched to the nodes."""
 
-    def __init__(self, inner: torch.nn.Module, requantized: list[dict[str, Any]]):
+    def __init__(self, inner: torch.nn.Module, requantized: list[dict[str, Any]], kernels: bool = True):
         super().__init__()
         self.inner = inner
         self.requantized = requantized
+        self.kernels = _CIRCLE_KERNELS if kernels else {}
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         from torch.utils._python_dispatch import TorchDispatchMode
 
         by_call = {(record["op"], record["call_index"]): record for record in self.requantized}
         expected = {record["op"]: record["calls"] for record in self.requantized}
+        kernels = self.kernels
         seen: dict[str, int] = {}
 
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 name = str(func)
-                if name in _CIRCLE_KERNELS:
-                    return _CIRCLE_KERNELS[name](*args, **(kwargs or {}))
+                if name in kernels:
+                    return kernels[name](*args, **(kwargs or {}))
                 out = func(*args, **(kwargs or {}))
                 if name not in expected:
                     return out
