@@ -373,7 +373,8 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
                        f"and {target})")
     # Only a requantization whose qparams come from where the diagnosis says (the concatenation
     # it feeds, PropagateQParamBackward) is modelled; any other would be absorbed unexplained.
-    why += [f"tensor {record['tensor']}: Circle requantizes it with {describe_requantized(record).split('(range')[1]}"
+    why += [f"tensor {record['tensor']} ({record['op']}): Circle requantizes it with scale {record['scale']:.6g} zp "
+            f"{record['zero_point']}, qparams of no concatenation it feeds (not what the diagnosis explains)"
             for record in requantized if not record.get("qparam_from")]
     for record in applied:
         if record["ordinal"] not in changed and record.get("observer") in wanted:
