@@ -45,12 +45,20 @@ ROTATE_HALF_PATTERN = (r"\.obs_[qk]_(x1|x2|neg)" + _REPLACED + r"\((replaced by 
 # The concatenation [-x2, x1] itself: its inputs keep different quantizations in Circle.
 ROTATE_HALF_CAT_PATTERN = (r"\.obs_[qk]_cat\): torch fake-quantizes it with scale \S+ zp -?\d+, the Circle model holds "
                            r"its inputs' quantizations unchanged, and they differ \(a concatenation does not requantize\)$")
+# hf-convention rotate-half negates x2 without a fake-quant (llama/quant_attention.py:251); the NEG gets the
+# concatenation's qparams from PropagateQParamBackward and Circle's NEG kernel requantizes to them.
+ROTATE_HALF_NEG_PATTERN = (r"^tensor neg(_\d+)? \(tico/quantization/wrapq/wrappers/llama/quant_attention\.py:251, "
+                           r"aten\.neg\.default\): torch applies no fake-quant, the Circle model requantizes it with "
+                           r"scale \S+ zp -?\d+ \(range -?\d+\.\.\d+; the qparams of the concatenation cat(_\d+)? it feeds\)$")
 ROTATE_HALF_REASON = (
     "rotate-half fake-quantizes the two halves of q/k with their own observers after torch.chunk "
     "(obs_q_x1/x2, obs_k_x1/x2; e.g. llama/quant_attention.py:246-248, qwen_vl/quant_text_attention.py:192) "
     "and -x2 with obs_*_neg before concatenating (obs_*_cat); " + _FORWARD + ", and " + _BACKWARD + "; and "
     "SPLIT and CONCATENATION never requantize, so the halves keep the quantization of the tensor they were "
-    "split from and the concatenation holds a mix: one value is quantized with two sets of qparams"
+    "split from and the concatenation holds a mix: one value is quantized with two sets of qparams; where the "
+    "wrapper negates x2 without a fake-quant (Llama's hf RoPE, llama/quant_attention.py:251) the NEG holds the "
+    "concatenation's qparams and Circle's NEG requantizes to them (NEG is not value-preserving in tico's runtime, "
+    "circle/runtime/executor.py:349-353), where torch applies none"
 )
 KV_PRESENT_PATTERN = (r"\.(obs_new_[kv]|obs_k_rot|(v_proj|v_norm)\.wrapped\.obs_act_out)" + _REPLACED
                       + r"\((replaced by PropagateQParamBackward|" + _KEPT + r")\)$")
@@ -66,13 +74,26 @@ CONV3D_SLICES_REASON = (
     "(_input_slice_obs[k], nn/quant_conv3d_decomposed.py:249); " + _FORWARD + ", so each SLICE holds the "
     "padded input's qparams in Circle"
 )
+EMBEDDING_GATHER_PATTERN = (r"\.(act_out_obs|obs_embedding)\): torch fake-quantizes it with scale \S+ zp -?\d+, the "
+                            r"Circle model keeps the per-channel quantization of the table it gathers from "
+                            r"\(a data-movement op does not requantize\)$")
+EMBEDDING_GATHER_REASON = (
+    "the embedding wrappers fake-quantize the table per row (weight observer PER_CHANNEL_ASYMM, channel_axis=0: "
+    "nn/quant_embedding.py:40-44, gemma4/quant_text_scaled_word_embedding.py:51-52) and the gathered rows once "
+    "more per tensor (act_out_obs, nn/quant_embedding.py:70; obs_embedding, "
+    "gemma4/quant_text_scaled_word_embedding.py); the embedding becomes a GATHER, which tico's runtime never "
+    "requantizes (GATHER in VALUE_PRESERVING_BUILTIN_NAMES, circle/runtime/kernels/__init__.py:38-61), so in "
+    "Circle the rows keep the table's per-row quantization and the per-tensor fake-quant is not applied"
+)
 
 
-def replaced_qparams(rotate_half: bool = True, kv_present: bool = False, conv3d_slices: bool = False) -> Expected:
+def replaced_qparams(rotate_half: bool = True, kv_present: bool = False, conv3d_slices: bool = False,
+                     embedding: bool = False) -> Expected:
     """The qparam_consistency expectation for the replacements a case's wrappers diagnose."""
-    rotate = f"({ROTATE_HALF_PATTERN})|({ROTATE_HALF_CAT_PATTERN})"
+    rotate = f"({ROTATE_HALF_PATTERN})|({ROTATE_HALF_CAT_PATTERN})|({ROTATE_HALF_NEG_PATTERN})"
     parts = [(rotate_half, ROTATE_HALF_REASON, rotate), (kv_present, KV_PRESENT_REASON, KV_PRESENT_PATTERN),
-             (conv3d_slices, CONV3D_SLICES_REASON, CONV3D_SLICES_PATTERN)]
+             (conv3d_slices, CONV3D_SLICES_REASON, CONV3D_SLICES_PATTERN),
+             (embedding, EMBEDDING_GATHER_REASON, EMBEDDING_GATHER_PATTERN)]
     chosen = [(reason, pattern) for wanted, reason, pattern in parts if wanted]
     return Expected("; ".join(reason for reason, _ in chosen), problems=tuple(pattern for _, pattern in chosen))
 

@@ -330,9 +330,14 @@ DECODER_LAYERS = [
         build=build_decoder_layer_decode,
         # Measured on tico 0.3.0: mean 0.186, max 0.571, PEIR 0.0764, SQNR 17.4 dB (calibrated on
         # TICO's 3 single-token steps); Circle replay vs torch QUANT: max 3 / mean 0.98 output steps.
+        # Aligned to Circle's qparams it stayed 3 steps: one element of the sin input is its calibrated
+        # minimum, exactly -127.5 steps from the zero point; Circle rounds x / scale half away from zero
+        # (circle/runtime/quantization.py: quantize_array), torch's fake-quant rounds x * (1 / scale),
+        # which is -127.49999, to the other level, and the layer amplifies that one flip to 3 output
+        # steps. With Circle's rounding in the aligned copy: 0 / 0 steps, so the limits are the floor.
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.25, "max_abs_diff": 0.8, "max_peir": 0.1, "min_sqnr_db": 14.0},
-            "circle_replay": {"max_steps": 3.5, "mean_steps": 1.25},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         unused_observers=_ATTN_UNUSED,
         export=_DECODE_EXPORT,
@@ -544,6 +549,7 @@ CASES = with_expected(CASES, {
     "gemma4_text_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
     "gemma4_text_decoder_layer_shared_kv": {"qparam_consistency": replaced_qparams()},
     "gemma4_text_decoder_layer_sliding_prefill": {"qparam_consistency": replaced_qparams()},
+    "gemma4_text_scaled_word_embedding": {"qparam_consistency": replaced_qparams(rotate_half=False, embedding=True)},
 })
 
 

@@ -140,4 +140,5 @@ CASES = [
 # One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
 CASES = with_expected(CASES, {
     "nn_conv3d": {"qparam_consistency": replaced_qparams(rotate_half=False, conv3d_slices=True)},
+    "nn_tied_embedding": {"qparam_consistency": replaced_qparams(rotate_half=False, embedding=True)},
 })

@@ -589,10 +589,14 @@ CASES = [
         export=ExportCapability(adapter=lambda root, sample, built: root, args=lambda s: (s.kwargs["input_ids"],),
                                 refuses_calib=False),
         # Measured (tiny): mean 0.0652, max 0.406, PEIR 0.069, SQNR 21.0 dB; Circle replay
-        # (FAKE_QUANTIZE) vs torch QUANT: max 12 / mean 1.26 output steps.
+        # (FAKE_QUANTIZE) vs torch QUANT as exported: max 12 / mean 1.26 output steps. The cause is the
+        # token embedding: torch fake-quantizes the gathered rows per tensor (act_out_obs,
+        # nn/quant_embedding.py:70), Circle's GATHER never requantizes, so the rows keep the table's
+        # per-row quantization (qparam_consistency names it). Aligned to that: max 0 / mean 0 steps,
+        # so the limits are the one-flip floor.
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.085, "max_abs_diff": 0.55, "max_peir": 0.1, "min_sqnr_db": 18.0},
-            "circle_replay": {"max_steps": 15.0, "mean_steps": 1.6},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         rotary=RotaryCapability(tables=_text_model_rotary),
         mask=MaskCapability(probes=_text_model_masks),
@@ -633,7 +637,7 @@ CASES = with_expected(CASES, {
     "qwen3_vl_text_attention_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
     "qwen3_vl_text_decoder_layer_prefill": {"qparam_consistency": replaced_qparams()},
     "qwen3_vl_text_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
-    "qwen3_vl_text_model": {"qparam_consistency": replaced_qparams()},
+    "qwen3_vl_text_model": {"qparam_consistency": replaced_qparams(embedding=True)},
 })
 
 

@@ -17,7 +17,8 @@ import torch
 from harness import compat
 from harness.circle_cache import CacheEntry, CircleCache, Uncacheable, cache_key
 from harness.qparam_audit import AuditResult, audit_exported_program
-from harness.qparam_consistency import attribute_observers, observer_fake_quants, overwritten_qparams, recording_folds
+from harness.qparam_consistency import (attribute_observers, observer_fake_quants, overwritten_qparams, recording_folds,
+                                        requantized_unapplied)
 
 
 @dataclass
@@ -170,8 +171,11 @@ def _convert(program: Any, defer_codegen: bool = True) -> tuple[bytes, AuditResu
         return binary, AuditResult()
     audit = audit_exported_program(captured["program"])
     audit.attribution_refused = attribute_observers(applied, observers)
+    audit.redundant = [record for record in applied if record["redundant"]]
+    applied = [record for record in applied if not record["redundant"]]
     audit.applied = applied
     audit.overwritten, audit.replaced_nodes = overwritten_qparams(applied, captured["program"])
+    audit.requantized = requantized_unapplied(applied, captured["program"])
     return binary, audit
 
 

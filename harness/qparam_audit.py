@@ -74,6 +74,10 @@ class AuditResult:
     overwritten: list[dict[str, Any]] = field(default_factory=list)
     # applied fake-quants whose node a later pass replaced (not comparable by name)
     replaced_nodes: list[dict[str, Any]] = field(default_factory=list)
+    # values Circle requantizes with qparams no torch fake-quant applied (a propagated NEG)
+    requantized: list[dict[str, Any]] = field(default_factory=list)
+    # fake-quants FoldQuantOps dropped because they re-applied their input's qparams
+    redundant: list[dict[str, Any]] = field(default_factory=list)
 
 
 def audit_exported_program(program: Any, ignored_targets: tuple[str, ...] = DEFAULT_IGNORED_TARGETS) -> AuditResult:

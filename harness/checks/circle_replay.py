@@ -14,7 +14,7 @@ import torch
 from harness import compat
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
 from harness.metrics import as_float, nonfinite_summary
-from harness.qparam_consistency import aligned_to_circle
+from harness.qparam_consistency import aligned_to_circle, describe_requantized
 
 # The Circle runtime computes the same graph with its own float kernels (numpy), torch with
 # others: at any fake-quant an element near a rounding boundary can land on the adjacent level,
@@ -54,16 +54,25 @@ def _aligned_torch_outputs(pipeline, result: CheckResult) -> list | None:
     the smallest change that makes torch quantize what Circle quantizes. None when nothing was
     replaced, or when the replacement cannot be attributed (said in a note)."""
     audit = pipeline.circle.audit
-    if not audit.overwritten:
+    requantized = getattr(audit, "requantized", [])
+    if not audit.overwritten and not requantized:
         return None
     name = pipeline.export_sample_name
-    twin, why = aligned_to_circle(pipeline.export_adapter("quant", name), audit.applied, audit.overwritten)
+    twin, why = aligned_to_circle(pipeline.export_adapter("quant", name), audit.applied, audit.overwritten,
+                                  requantized, getattr(audit, "redundant", []))
     if twin is None:
         result.notes.append("torch could not be aligned to the Circle model's qparams, so the gap is gated as "
                             "exported: " + "; ".join(why))
         return None
-    with torch.no_grad():
-        leaves, _ = compat.tree_flatten(twin(*pipeline.case.export.args(pipeline.sample(name))))
+    try:
+        with torch.no_grad():
+            leaves, _ = compat.tree_flatten(twin(*pipeline.case.export.args(pipeline.sample(name))))
+    except RuntimeError as exc:
+        result.notes.append(f"torch could not be aligned to the values Circle requantizes ({exc}), so the gap is "
+                            f"gated as exported")
+        return None
+    for record in requantized:
+        result.notes.append("aligned copy requantizes as Circle does: " + describe_requantized(record))
     return [leaf.detach() for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 
@@ -138,6 +147,7 @@ def _replay(result: CheckResult, pipeline, mode: str, label: str, aligned: list 
     _steps(result, pipeline, mode, label, aligned, max_steps, mean_steps, extra_limits)
     if mode == "fake_quantize":
         result.metrics["aligned_tensors"] = len(pipeline.circle.audit.overwritten)
+        result.metrics["requantized_tensors"] = len(getattr(pipeline.circle.audit, "requantized", []))
         result.notes.append(
             f"gated against torch with the Circle model's qparams at {len(pipeline.circle.audit.overwritten)} "
             f"overwritten tensor(s) (qparam_consistency names them); against torch as exported: max "

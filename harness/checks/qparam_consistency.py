@@ -3,7 +3,7 @@ is fake-quantized in torch with qparams that tico's passes later replace (one te
 qparams), so the torch QUANT output is what the Circle model computes."""
 
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
-from harness.qparam_consistency import describe
+from harness.qparam_consistency import describe, describe_requantized
 
 
 def run(pipeline) -> CheckResult:
@@ -25,6 +25,14 @@ def run(pipeline) -> CheckResult:
         result.notes.append(f"observers not identified: {audit.attribution_refused}")
     for record in audit.overwritten:
         result.fail(describe(record))
+    # The other way round: a value Circle requantizes with qparams a pass gave it, which torch
+    # leaves unquantized (circle_replay's aligned copy quantizes it so; a wrong qparam here would
+    # otherwise be absorbed there unseen).
+    requantized = getattr(audit, "requantized", [])
+    result.metrics["requantized_unapplied"] = len(requantized)
+    result.evidence["requantized"] = requantized
+    for record in requantized:
+        result.fail(describe_requantized(record))
     return result
 
 

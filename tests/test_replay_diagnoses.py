@@ -1,0 +1,172 @@
+"""circle_replay: every Circle-vs-torch gap a case's limit used to hold is diagnosed, and each
+diagnosis is reproduced here: the aligned torch copy without the one modelled Circle semantic
+shows the gap, with it the gap is gone (at most one rounding flip). The lowered limits still
+fail a realistic serializer defect."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cases.gemma4_text import CASES as GEMMA_TEXT_CASES
+from cases.llama import CASES as LLAMA_CASES
+from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
+from harness.pipeline import Pipeline
+from harness.qparam_consistency import aligned_to_circle, circle_fake_quant
+from tests.helpers import _CLEAN, problems_text, run_check, run_clean_check
+
+LLAMA_PREFILL = next(case for case in LLAMA_CASES if case.name == "llama_attention_prefill")
+LLAMA_DECODE = next(case for case in LLAMA_CASES if case.name == "llama_attention_decode")
+GEMMA_LAYER_DECODE = next(case for case in GEMMA_TEXT_CASES if case.name == "gemma4_text_decoder_layer_decode")
+QWEN_TEXT_MODEL = next(case for case in QWEN_TEXT_CASES if case.name == "qwen3_vl_text_model")
+
+
+def _aligned_steps(case, **change) -> list[float]:
+    """Max steps per output of the Circle replay against the aligned copy, with ``change``
+    applied to what the alignment models (e.g. ``requantized=[]``)."""
+    pipeline = _CLEAN.get(case, "tiny")
+    audit = pipeline.circle.audit
+    args = {"applied": audit.applied, "overwritten": audit.overwritten, "requantized": audit.requantized,
+            "redundant": audit.redundant, **change}
+    name = pipeline.export_sample_name
+    twin, why = aligned_to_circle(pipeline.export_adapter("quant", name), **args)
+    assert twin is not None, why
+    with torch.no_grad():
+        leaves, _ = torch.utils._pytree.tree_flatten(twin(*case.export.args(pipeline.sample(name))))
+    circle = pipeline.circle_outputs("fake_quantize")
+    steps = []
+    for leaf, out, scales in zip(leaves, circle, pipeline.circle.output_scales):
+        steps.append(float((out - leaf).abs().max()) / scales[0])
+    return steps
+
+
+def test_circle_rounds_half_away_from_zero_of_the_quotient_torch_the_product():
+    """The arithmetic the aligned copy models, on the two numbers behind the Gemma4 decode gap:
+    a calibrated minimum exactly -127.5 steps from the zero point, and a plain tie."""
+    x = torch.tensor([-0.9473307, 2.5])
+    scale = torch.tensor([0.007430045, 1.0])
+    for value, s, zp, circle_level, torch_level in ((x[:1], scale[0], 128, 0, 1), (x[1:], scale[1], 0, 3, 2)):
+        ours = circle_fake_quant(value, s, zp, 0, 255)
+        theirs = torch.fake_quantize_per_tensor_affine(value, float(s), zp, 0, 255)
+        assert torch.round(ours / s).item() + zp == circle_level
+        assert torch.round(theirs / s).item() + zp == torch_level
+    # and it is what tico's runtime computes
+    from tico.circle.runtime.quantization import round_half_away_from_zero
+
+    quotient = np.float32(-0.9473307) / np.float32(0.007430045)
+    assert quotient == np.float32(-127.5) and round_half_away_from_zero(np.array([quotient]))[0] == -128.0
+
+
+def test_neg_requantization_explains_llama_prefill_gap():
+    """Circle's NEG requantizes -x2 to the qparams PropagateQParamBackward copied from the
+    rotate-half concatenation, clamping K's negated half; torch applies no fake-quant there."""
+    consistency = run_clean_check(LLAMA_PREFILL, "qparam_consistency")
+    negs = consistency.evidence["requantized"]
+    assert {record["tensor"] for record in negs} == {"neg", "neg_1"}
+    assert all(record["line"].endswith("llama/quant_attention.py:251") for record in negs)
+    without = _aligned_steps(LLAMA_PREFILL, requantized=[])
+    assert without[0] >= 2 and without[1] >= 4, without   # measured 3 / 5
+    assert max(_aligned_steps(LLAMA_PREFILL)) <= 1.0
+    replay = run_clean_check(LLAMA_PREFILL, "circle_replay")
+    assert replay.passed, problems_text(replay)
+    assert replay.metrics["fake_quantize_as_exported_out1_max_steps"] >= 10  # the rotate-half replacements
+
+
+def test_dropped_redundant_fake_quant_explains_llama_decode_k_gap():
+    """obs_new_k re-applies obs_k_rot's qparams, so FoldQuantOps drops it; once the aligned copy
+    gives obs_k_rot the present K's qparams, a still-active obs_new_k re-clamps K in torch only."""
+    pipeline = _CLEAN.get(LLAMA_DECODE, "tiny")
+    assert any(record["observer"].endswith("obs_new_k") for record in pipeline.circle.audit.redundant)
+    without = _aligned_steps(LLAMA_DECODE, redundant=[])
+    assert without[1] >= 5, without   # measured 8.9 on the returned K
+    assert max(_aligned_steps(LLAMA_DECODE)) <= 1.0
+
+
+def test_rounding_mode_explains_gemma4_decoder_layer_decode_gap():
+    without = _aligned_steps(GEMMA_LAYER_DECODE, circle_rounding=False)
+    assert without[0] >= 2, without   # measured 3
+    assert max(_aligned_steps(GEMMA_LAYER_DECODE)) <= 1.0
+
+
+def test_gather_keeps_the_table_quantization_qwen3_vl_text_model():
+    """The token embedding's per-tensor fake-quant (act_out_obs) does not exist in Circle: GATHER
+    never requantizes, its rows keep the per-row table quantization."""
+    pipeline = _CLEAN.get(QWEN_TEXT_MODEL, "tiny")
+    audit = pipeline.circle.audit
+    gathers = [record for record in audit.overwritten if record.get("circle_per_channel")]
+    assert [record["observer"] for record in gathers] == ["wrapped.embed_tokens.wrapped.act_out_obs"]
+    without = _aligned_steps(QWEN_TEXT_MODEL, overwritten=[r for r in audit.overwritten if r not in gathers])
+    assert without[0] >= 8, without   # measured 12
+    assert max(_aligned_steps(QWEN_TEXT_MODEL)) <= 1.0
+
+
+@pytest.mark.parametrize("case", [LLAMA_PREFILL, LLAMA_DECODE, GEMMA_LAYER_DECODE], ids=lambda c: c.name)
+def test_lowered_limits_catch_a_serialized_zero_point_off_by_one(case, monkeypatch):
+    """A serializer that writes every uint8 zero point one too high: with the limits at the
+    one-flip floor the replay still fails."""
+    import tico.serialize.circle_graph as circle_graph
+
+    original = circle_graph.to_circle_qparam
+
+    def off_by_one(qparam):
+        out = original(qparam)
+        if qparam.zero_point is not None and qparam.dtype == "uint8":
+            out.zeroPoint = [min(255, z + 1) for z in qparam.zero_point]
+        return out
+
+    monkeypatch.setattr(circle_graph, "to_circle_qparam", off_by_one)
+    result = run_check(case, "circle_replay")
+    assert not result.passed
+    assert "Circle FAKE_QUANTIZE" in problems_text(result) and "in steps" in problems_text(result)
+
+
+def test_a_neg_given_the_wrong_qparams_is_named(monkeypatch):
+    """Seeded propagation defect: the NEG gets its input's qparams halved in scale (a narrower
+    range than the concatenation's). The aligned copy would absorb it, so qparam_consistency must
+    name it as qparams of no concatenation (the precise expectation no longer matches), and
+    circle_replay must refuse to model it and fail as exported."""
+    from tico.quantization.passes import propagate_qparam_backward as backward
+    from tico.serialize.quant_param import QPARAM_KEY
+    import copy
+
+    original = backward.PropagateQParamBackward.call
+
+    def narrowing(self, exported_program):
+        outcome = original(self, exported_program)
+        for node in exported_program.graph_module.graph.nodes:
+            if node.op == "call_function" and node.target == torch.ops.aten.neg.default and QPARAM_KEY in node.meta:
+                qparam = copy.deepcopy(node.meta[QPARAM_KEY])
+                qparam.scale = [s / 2 for s in qparam.scale]
+                node.meta[QPARAM_KEY] = qparam
+        return outcome
+
+    monkeypatch.setattr(backward.PropagateQParamBackward, "call", narrowing)
+    pipeline = Pipeline(LLAMA_PREFILL, "tiny")
+    from harness.checks.qparam_consistency import CHECK
+
+    result = CHECK.run(pipeline)
+    lines = [line for line in result.problems if "aten.neg.default" in line]
+    assert len(lines) == 2 and all(line.endswith("qparams of no concatenation it feeds)") for line in lines), lines
+    clean = run_clean_check(LLAMA_PREFILL, "qparam_consistency").evidence["requantized"]
+    seeded = result.evidence["requantized"]
+    assert [r["scale"] for r in seeded] == pytest.approx([r["scale"] / 2 for r in clean])
+    from harness.expectations import judge
+
+    assert not judge(LLAMA_PREFILL.expected_failures["qparam_consistency"], result.problems).expected
+    replay = run_check(LLAMA_PREFILL, "circle_replay")
+    assert not replay.passed
+    assert any("torch could not be aligned" in note and "neg" in note for note in replay.notes), replay.notes
+
+
+def test_rms_norm_arithmetic_explains_part_of_the_gemma4_model_gap():
+    """Partial diagnosis (#16): Circle's float64 RMS_NORM accounts for 5 -> 3 steps; what is left
+    is undiagnosed, so gemma4_model's limit stays at its measured spread (6)."""
+    from cases.gemma4_multimodal import CASES as MULTIMODAL_CASES
+
+    case = next(c for c in MULTIMODAL_CASES if c.name == "gemma4_model")
+    without = _aligned_steps(case, circle_kernels=False)
+    modelled = _aligned_steps(case)
+    assert without[0] >= 4, without        # measured 5.0
+    assert modelled[0] <= without[0] - 1.5, (without, modelled)   # measured 3.0
+    assert case.thresholds.circle_max_steps >= modelled[0]
