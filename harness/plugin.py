@@ -603,7 +603,25 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     same_next = isinstance(nextitem, CheckItem) and (nextitem.case.name, nextitem.profile) == (item.case.name, item.profile)
     if not same_next:
         state = item.config.stash[_STATE]
+        _attach_wrapper_coverage(item, state)
         state.pipelines.release(item.case.name, item.profile)
         # No gc.collect(): measured, it found nothing to free after a release (0 objects, RSS
         # unchanged) and cost ~0.23 s per case group; reference counting frees the group.
         state.rss_after_group[f"{item.case.name}[{item.profile}]"] = round(current_rss_mb(), 1)
+
+
+def _attach_wrapper_coverage(item: CheckItem, state: _State) -> None:
+    """Once per case group on a worker, at its last item's teardown: which registered wrappers
+    the case instantiated and ran in QUANT (``Pipeline.wrapper_coverage``), as the item's
+    ``wrapper_coverage`` record field (the teardown report carries it to the controller). Only
+    where a check built the pipeline; a failure is recorded, never raised into the item."""
+    pipeline = state.pipelines.peek(item.case.name, item.profile)
+    if pipeline is None or item.duplicate_of or item.case.unavailable_reason():
+        return
+    try:
+        coverage = pipeline.wrapper_coverage
+    except StageError as err:
+        coverage = {"error": str(err)}
+    except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail a check item
+        coverage = {"error": f"{type(exc).__name__}: {exc}"}
+    item._record(wrapper_coverage=coverage)
