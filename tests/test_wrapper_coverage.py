@@ -187,3 +187,17 @@ def test_matrix_run_records_the_map_through_xdist(tmp_path, snapshot):
     for case in cases:
         assert {k: v for k, v in measured[case].items() if k != "seconds"} == snapshot[case]
 
+
+def test_html_report_shows_the_run_s_map():
+    from harness.report.html import render_report
+    from tests.report_fixture import HOSTILE, record
+
+    cov = {"root": "QuantLlamaMLP", "root_ran": True, "instantiated": {"QuantLinear": 3, "QuantLlamaMLP": 1, HOSTILE: 1},
+           "ran_quant": {"QuantLinear": 3, "QuantLlamaMLP": 1}, "ran_as_child": {"QuantLinear": 3}}
+    doc = {"run": {}, "results": [record("mlp_case", "quant_accuracy"),
+                                  record("mlp_case", "wrapper_registry", wrapper_coverage=cov)]}
+    html = render_report(doc)
+    section = html[html.index('<details id="wrapper-coverage">'):html.index("</details>", html.index('id="wrapper-coverage"'))]
+    assert "<code>QuantLlamaMLP</code>" in section and 'title="mlp_case"' in section
+    assert HOSTILE not in html and "&lt;script&gt;" in section  # instantiated, never run: escaped
+    assert "children <code>QuantLinear</code>&times;3" in html

@@ -43,11 +43,26 @@ def case_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
         row["thresholds"] = (acc.get("evidence") or {}).get("thresholds") or {}
         row["circle"] = row["checks"].get("circle_replay", {}).get("metrics") or {}
         row["audit"] = row["checks"].get("qparam_audit", {})
+        row["wrappers"] = next((r["wrapper_coverage"] for r in row["checks"].values()
+                                if isinstance(r.get("wrapper_coverage"), dict)), None)
         base = f"{row['file']}::{row['case']}[{row['profile']}]" if row["profile"] else row["file"]
         row["rerun"] = f"./scripts/env.sh pytest '{base}'"
         row["anchor"] = f"{row['case']}-{row['profile']}".replace("[", "").replace("]", "")
         out.append(row)
     return sorted(out, key=lambda r: (STATUS_ORDER.index(r["status"]) if r["status"] in STATUS_ORDER else 0, r["case"], r["profile"]))
+
+
+def wrapper_coverage_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per profile and wrapper class: the cases that ran it standalone / as a child in QUANT
+    (the ``wrapper_coverage`` records of this run; harness.wrapper_coverage)."""
+    from harness.wrapper_coverage import aggregate, from_results
+
+    profiles = sorted({rec.get("profile") for rec in doc.get("results", []) if rec.get("wrapper_coverage")} - {None})
+    out = []
+    for profile in profiles:
+        for name, slot in sorted(aggregate(from_results(doc, profile)).items()):
+            out.append({"profile": profile, "wrapper": name, **slot})
+    return out
 
 
 def _env() -> jinja2.Environment:
@@ -71,7 +86,8 @@ def render_report(doc: dict[str, Any]) -> str:
     families = sorted({row["family"] for row in rows})
     statuses = [s for s in STATUS_ORDER if any(row["status"] == s for row in rows)]
     return _env().get_template("report.html.j2").render(
-        doc=doc, run=doc.get("run", {}), rows=rows, checks=checks, families=families, statuses=statuses
+        doc=doc, run=doc.get("run", {}), rows=rows, checks=checks, families=families, statuses=statuses,
+        wrapper_rows=wrapper_coverage_rows(doc),
     )
 
 
