@@ -10,6 +10,7 @@ and checks share live in harness/lifecycle_ops.py.
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,9 @@ class Pipeline(StageEngine):
         super().__init__(case.name, profile, self.settings.stage_timeout)
         # pytest node id of this (case, profile), set by the plugin; used in printed commands.
         self.nodeid = f"{case.name}[{profile}]"
+        # id() of every module of the quantized tree whose forward ran in a QUANT evaluation
+        # (harness.wrapper_coverage: which registered wrappers a case exercises).
+        self._quant_ran: set[int] = set()
 
     def check_settings(self, check: Any) -> Any:
         """``check``'s settings for this case and profile: its defaults, the case's overrides,
@@ -116,9 +120,44 @@ class Pipeline(StageEngine):
         reference_call = self.case.reference_call
         if which == "reference" and reference_call is not None:
             run = lambda: reference_call(self.built.module, sample)  # noqa: E731
+        elif which == "quant":
+            run = lambda: self._run_quant(sample)  # noqa: E731
         else:
             run = lambda: sample.call(modules[which]())  # noqa: E731
         return self._stage(f"{which}_output[{sample_name}]", lambda: self.case.output(run()).detach())
+
+    def _run_quant(self, sample: Sample) -> Any:
+        """The QUANT evaluation call, recording which modules of the tree ran a forward."""
+        from harness.wrapper_coverage import record_forwards
+
+        model = self.quantized  # built outside the recorder: prepare/calibrate forwards do not count
+        with record_forwards(self._quant_ran):
+            return sample.call(model)
+
+    @property
+    def wrapper_coverage(self) -> dict[str, Any]:
+        """Registered wrappers instantiated in the quantized tree and those that ran a forward on
+        the evaluation samples in QUANT mode (``harness.wrapper_coverage.measure``). Reuses the
+        QUANT outputs the checks computed; computes the ones no check needed."""
+
+        def compute() -> dict[str, Any]:
+            from harness.wrapper_coverage import measure
+
+            start = time.perf_counter()
+            failed = {}
+            for name in self.built.inputs.evaluation:
+                try:
+                    self.output("quant", name)
+                except StageError as err:  # what ran before the failure still counts; the failure is said
+                    failed[name] = str(err)
+            record = measure(self.quantized, self._quant_ran, reference=self.built.module)
+            record["samples"] = sorted(self.built.inputs.evaluation)
+            if failed:
+                record["failed_samples"] = failed
+            record["seconds"] = round(time.perf_counter() - start, 4)
+            return record
+
+        return self._stage("wrapper_coverage", compute)
 
     def sample(self, sample_name: str) -> Sample:
         samples = self.built.inputs.evaluation
@@ -255,6 +294,10 @@ class PipelineCache:
         if key not in self._pipelines:
             self._pipelines[key] = Pipeline(case, profile, self.artifact_dir, self.settings)
         return self._pipelines[key]
+
+    def peek(self, case_name: str, profile: str) -> Pipeline | None:
+        """The pipeline of (case, profile) if one was built in this process, else None."""
+        return self._pipelines.get((case_name, profile))
 
     def release(self, case_name: str, profile: str) -> None:
         self._pipelines.pop((case_name, profile), None)

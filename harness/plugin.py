@@ -23,6 +23,7 @@ from harness.options import pytest_addoption, refuse_lost_project_config  # noqa
 from harness.run_sink import RunSink, note_group_done
 from harness.scheduling import assign_shards, longest_first
 from harness.session import STATE, SessionState, state_of
+from harness.stage_engine import StageError
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -137,4 +138,23 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     same_next = isinstance(nextitem, CheckItem) and (nextitem.case.name, nextitem.profile) == (item.case.name, item.profile)
     if not same_next:
-        note_group_done(state_of(item.config), item.case.name, item.profile)
+        state = state_of(item.config)
+        _attach_wrapper_coverage(item, state)
+        note_group_done(state, item.case.name, item.profile)
+
+
+def _attach_wrapper_coverage(item: CheckItem, state: SessionState) -> None:
+    """Once per case group on a worker, at its last item's teardown: which registered wrappers
+    the case instantiated and ran in QUANT (``Pipeline.wrapper_coverage``), as the item's
+    ``wrapper_coverage`` record field (the teardown report carries it to the controller). Only
+    where a check built the pipeline; a failure is recorded, never raised into the item."""
+    pipeline = state.pipelines.peek(item.case.name, item.profile)
+    if pipeline is None or item.duplicate_of or item.case.unavailable_reason():
+        return
+    try:
+        coverage = pipeline.wrapper_coverage
+    except StageError as err:
+        coverage = {"error": str(err)}
+    except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail a check item
+        coverage = {"error": f"{type(exc).__name__}: {exc}"}
+    item._record(wrapper_coverage=coverage)

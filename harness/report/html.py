@@ -42,6 +42,8 @@ def case_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     for row in rows.values():
         row["status"] = _worst([r["outcome"] for r in row["checks"].values()])
         row["headline"] = headline_values(row["checks"], columns)
+        row["wrappers"] = next((r["wrapper_coverage"] for r in row["checks"].values()
+                                if isinstance(r.get("wrapper_coverage"), dict)), None)
         base = f"{row['file']}::{row['case']}[{row['profile']}]" if row["profile"] else row["file"]
         row["rerun"] = f"./scripts/env.sh pytest '{base}'"
         row["anchor"] = f"{row['case']}-{row['profile']}".replace("[", "").replace("]", "")
@@ -63,6 +65,19 @@ def _fragments(env: jinja2.Environment, checks: dict[str, Any]) -> dict[str, jin
             compiled[name] = env.from_string("<p class=\"failed\">report fragment of {{ check }} does not compile: "
                                              "{{ error }}</p>", globals={"check": name, "error": str(exc)})
     return compiled
+
+
+def wrapper_coverage_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per profile and wrapper class: the cases that ran it standalone / as a child in QUANT
+    (the ``wrapper_coverage`` records of this run; harness.wrapper_coverage)."""
+    from harness.wrapper_coverage import aggregate, from_results
+
+    profiles = sorted({rec.get("profile") for rec in doc.get("results", []) if rec.get("wrapper_coverage")} - {None})
+    out = []
+    for profile in profiles:
+        for name, slot in sorted(aggregate(from_results(doc, profile)).items()):
+            out.append({"profile": profile, "wrapper": name, **slot})
+    return out
 
 
 def _env() -> jinja2.Environment:
@@ -101,7 +116,7 @@ def render_report(doc: dict[str, Any]) -> str:
 
     return env.get_template("report.html.j2").render(
         doc=doc, run=doc.get("run", {}), rows=rows, checks=checks, families=families, statuses=statuses,
-        columns=headline_columns(declared), fragment=fragment,
+        columns=headline_columns(declared), fragment=fragment, wrapper_rows=wrapper_coverage_rows(doc),
     )
 
 
