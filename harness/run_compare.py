@@ -360,7 +360,7 @@ def render_text(cmp: Comparison) -> str:
 
 def _md_text(value: Any) -> str:
     """Text for a markdown table cell: no raw HTML, no cell breaks, no line breaks."""
-    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = str(value).replace("&", "&amp;").replace("<", "&lt;")  # no raw HTML; "->" stays readable
     return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
