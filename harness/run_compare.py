@@ -48,8 +48,8 @@ def load_results(path: Path, role: str = "results") -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise CompareError(f"{role} file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
-        raise CompareError(f"{role} file {path} is not valid JSON: {exc.msg} at line {exc.lineno} "
-                           f"column {exc.colno} (truncated or corrupt?)") from None
+        raise CompareError(f"{role} file {path} is not valid JSON: {exc.msg} (line {exc.lineno}, "
+                           f"column {exc.colno}; truncated or corrupt?)") from None
     except OSError as exc:
         raise CompareError(f"{role} file {path} cannot be read: {exc.strerror or exc}") from None
     validate(doc, f"{role} file {path}")

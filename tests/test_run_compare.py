@@ -187,7 +187,7 @@ def test_a_local_build_label_is_the_same_release():
 
 
 @pytest.mark.parametrize("content, message", [
-    ('{"run": {}, "results": [', "is not valid JSON: Expecting value at line 1 column 25 (truncated or corrupt?)"),
+    ('{"run": {}, "results": [', "is not valid JSON: Expecting value (line 1, column 25; truncated or corrupt?)"),
     ('{"hello": 1}', "is not a wrapq results.json"),
     ('{"run": {}, "results": [{"nodeid": "x"}]}', "results[0] is not an item record"),
     (b"\xff\xfe{", "is not UTF-8 text"),
