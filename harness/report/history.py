@@ -155,7 +155,7 @@ def change_start(points: list[tuple[int, float]], lower_is_better: bool, window:
     return start
 
 
-def _latest_nodeids(con: sqlite3.Connection) -> dict[tuple[str, str, str, int], str]:
+def _nodeids_by_run(con: sqlite3.Connection) -> dict[tuple[str, str, str, int], str]:
     rows = con.execute("SELECT case_name, profile, check_name, run_id, nodeid FROM items")
     return {(case, profile, check, run_id): nodeid for case, profile, check, run_id, nodeid in rows}
 
@@ -168,7 +168,7 @@ def dashboard(db: Path, out: Path, window: int = 5, margin: float = 0.1,
     with connect(db) as con:
         rows = con.execute("SELECT id, started_at, commit_sha, versions FROM runs ORDER BY id").fetchall()
         data, better = series(con)
-        nodeids = _latest_nodeids(con)
+        nodeids = _nodeids_by_run(con)
     runs = [{"id": rid, "started_at": started, "commit": commit, "versions": json.loads(versions or "{}")}
             for rid, started, commit, versions in rows]
     by_id = {run["id"]: run for run in runs}
