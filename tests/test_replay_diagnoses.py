@@ -169,4 +169,4 @@ def test_rms_norm_arithmetic_explains_part_of_the_gemma4_model_gap():
     modelled = _aligned_steps(case)
     assert without[0] >= 4, without        # measured 5.0
     assert modelled[0] <= without[0] - 1.5, (without, modelled)   # measured 3.0
-    assert case.thresholds.circle_max_steps >= modelled[0]
+    assert case.settings["circle_replay"]["max_steps"] >= modelled[0]
