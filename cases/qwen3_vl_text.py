@@ -33,7 +33,7 @@ from harness import (
 from harness import first_call_kwarg
 from harness import unwrap
 from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, vision_and_mask_copies, replaced_qparams, with_expected
+from cases._shared_diagnoses import MASK_ADD_GAIN, MASK_TEMPLATE_PER_LAYER, vision_and_mask_copies, replaced_qparams, with_expected
 
 from cases._qwen3_vl_common import FOLDED_SCALE, QWEN3_VL_REQUIRES, hf_vision_rope, text_config, vision_sample
 
@@ -633,7 +633,7 @@ CASES = [
 
 # One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
 CASES = with_expected(CASES, {
-    "qwen3_vl_text_attention_prefill": {"qparam_consistency": replaced_qparams()},
+    "qwen3_vl_text_attention_prefill": {"qparam_consistency": replaced_qparams(), "attribution": MASK_ADD_GAIN},
     "qwen3_vl_text_attention_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
     "qwen3_vl_text_decoder_layer_prefill": {"qparam_consistency": replaced_qparams()},
     "qwen3_vl_text_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
