@@ -117,7 +117,8 @@ MASK_ADD_GAIN = Expected(
     "-120 by default, config/ptq.py:243) and fake-quantize the sum with one observer, obs_mask_add "
     "(qwen_vl/quant_text_attention.py:167, applied at :629 and :695; llama/quant_attention.py:210, :858, :980; "
     "gemma4/quant_text_attention.py:158, :613, :667), per-tensor uint8 by default (config/ptq.py:205-207, "
-    "observers/base.py:41-42); its range is set by the fill, so its step is many times the logit step and the "
-    "valid logits are resolved by a few levels only; the measured gain, step and levels are the run's",
+    "observers/base.py:41-42); its range is set by the fill, so its step is many times the logit step (obs_logits) and "
+    "the valid logits get only the few of its 256 levels their own range spans; the measured gain, step and steps "
+    "are the run's",
     problems=(r"^site (\S+\.)?obs_mask_add gains ",),
 )

@@ -125,3 +125,17 @@ def test_clean_cases_pass_under_the_scalar_kernels(tmp_path):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:]
     assert done.stdout.splitlines()[-1].startswith("3 passed, 1 xfailed"), done.stdout[-1000:]
+
+
+def test_report_fragment_shows_the_ranked_table_and_bars():
+    from harness.report.html import _env
+    from harness.report.svg import bars
+
+    result = run_clean_check(ATTENTION, "attribution")
+    rec = {"evidence": result.evidence, "metrics": result.metrics}
+    html = _env().from_string(CHECKS["attribution"].report).render(rec=rec)
+    assert html.count('<rect x="150"') == len(result.evidence["bars"]) > 0
+    rows = re.findall(r"<tr><td>([^<]+)</td>", html)
+    assert rows == [s["path"] for s in result.evidence["sites"][:10]]
+    assert "<title>wrapped.obs_mask_add: " in html
+    assert "&lt;b&gt;" in bars([["<b>", 1.0]]) and bars([["x", float("nan")]]) == ""
