@@ -299,7 +299,7 @@ def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default") ->
 
 
 def table_rows(attribution: Attribution, limit: int | None = None) -> list[list[Any]]:
-    """Rows for printing: site, gain dB, scale, zp, range (input on the sample), clipped %."""
+    """Rows for printing: site, gain dB, scale, zp, range (input on the sample), clipped %, boundary."""
     rows = []
     for s in attribution.sites[:limit]:
         rng = "" if s.input_min is None else f"{s.input_min:.4g}..{s.input_max:.4g}"
@@ -310,5 +310,6 @@ def table_rows(attribution: Attribution, limit: int | None = None) -> list[list[
             "" if s.zero_point is None else s.zero_point,
             rng,
             "" if s.clipped_fraction is None else f"{100.0 * s.clipped_fraction:.2f}",
+            s.boundary or "",
         ])
     return rows

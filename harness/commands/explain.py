@@ -47,17 +47,16 @@ def main(argv: list[str]) -> int:
     max_sites = args.max_sites if args.max_sites is not None else pipeline.check_settings(CHECK).max_sites
     att = attribute(pipeline, max_sites=max_sites)
     limit = None if args.top == 0 else args.top
-    headers = ["site", "gain dB", "scale", "zp", "range", "clipped %"]
+    headers = ["site", "gain dB", "scale", "zp", "range", "clipped %", "boundary"]
     print(f"{case.name} [{args.profile}]  sample {att.sample!r}: SQNR as is {att.sqnr_db:.2f} dB, PEIR {att.peir:.4g}")
     print(tabulate(table_rows(att, limit), headers=headers, disable_numparse=True))
     applied = sum(1 for s in att.sites if s.enabled and s.calls)
     print(f"{att.evaluated} of {len(att.sites)} sites evaluated ({applied} applied on the sample"
           f"{f'; capped at {att.max_sites}' if att.capped else ''}), {att.forwards} forwards, {att.seconds:.2f} s "
           f"({1000 * att.seconds_per_forward:.1f} ms per forward); 'range' is the site's input on the sample")
-    boundary = [s for s in att.sites[: limit or None] if s.boundary]
-    if boundary:
-        print("boundary sites (their loss is the tensor's own dtype resolution): "
-              + ", ".join(f"{s.path} ({s.boundary})" for s in boundary))
+    if any(s.boundary for s in att.sites[: limit or None]):
+        print("boundary: the site returns the output or quantizes an input as given; its loss is that tensor's own "
+              "dtype resolution (the attribution check does not gate it)")
     resolved = [s for s in att.sites if s.resolved_levels is not None and math.isfinite(s.resolved_levels)]
     if resolved:
         s = min(resolved, key=lambda s: s.resolved_levels)
