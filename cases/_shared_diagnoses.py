@@ -109,3 +109,16 @@ def with_expected(cases: list, expectations: dict[str, dict[str, Expected]]) -> 
         raise ValueError(f"expectations for unknown case(s): {unknown}")
     return [dataclasses.replace(case, expected_failures={**case.expected_failures, **expectations[case.name]})
             if case.name in expectations else case for case in cases]
+
+
+# -- attribution: one interior fake-quant site costs more than the limit -------------------------
+MASK_ADD_GAIN = Expected(
+    "the attention wrappers add the logits and the additive mask (fill: PTQConfig.attention_mask_fill_value, "
+    "-120 by default, config/ptq.py:243) and fake-quantize the sum with one observer, obs_mask_add "
+    "(qwen_vl/quant_text_attention.py:167, applied at :629 and :695; llama/quant_attention.py:210, :858, :980; "
+    "gemma4/quant_text_attention.py:158, :613, :667), per-tensor uint8 by default (config/ptq.py:205-207, "
+    "observers/base.py:41-42); its range is set by the fill, so its step is many times the logit step (obs_logits) and "
+    "the valid logits get only the few of its 256 levels their own range spans; the measured gain, step and steps "
+    "are the run's",
+    problems=(r"^site (\S+\.)?obs_mask_add gains ",),
+)

@@ -17,6 +17,12 @@ N_CHECKS = len(all_checks())
 # Checks that need no capability: what a plain nn.Linear case (no export/rotary/mask) runs.
 _PLAIN = Case(name="plain", family="nn", build=lambda profile: None)
 LINEAR_APPLICABLE = sum(1 for check in all_checks() if check.applies(_PLAIN) is None)
+# ... and on toy_linear's second profile, "wide": a check may declare itself for some profiles only
+# (attribution runs on a case's first profile).
+_TWO_PROFILES = Case(name="plain", family="nn", build=lambda profile: None, profiles=("tiny", "wide"),
+                     golden_profiles=("tiny", "wide"))
+WIDE_APPLICABLE = sum(1 for check in all_checks() if check.applies(_TWO_PROFILES) is None
+                      and check.applies_to_profile(_TWO_PROFILES, "wide") is None)
 
 TOY_CASES = '''
 import torch
@@ -141,7 +147,8 @@ def test_golden_profiles_must_be_listed_profiles():
 def test_xdist_results_are_merged_on_the_controller(project):
     result = project.runpytest_subprocess("-n", "2", "-v", "--profile", "tiny", "--profile", "wide")
     # toy_linear runs in both profiles; the two unavailable cases list only "tiny".
-    result.assert_outcomes(passed=2 * LINEAR_APPLICABLE, skipped=2 * (N_CHECKS - LINEAR_APPLICABLE) + 2 * N_CHECKS)
+    result.assert_outcomes(passed=LINEAR_APPLICABLE + WIDE_APPLICABLE,
+                           skipped=(N_CHECKS - LINEAR_APPLICABLE) + (N_CHECKS - WIDE_APPLICABLE) + 2 * N_CHECKS)
     assert "scheduling tests via CrashSafeLoadScopeScheduling" in result.stdout.str()
     # loadscope: every check of one (case, profile) ran on one worker, sharing its pipeline.
     workers: dict[str, set[str]] = {}

@@ -91,6 +91,7 @@ def _env() -> jinja2.Environment:
     env.filters["num"] = lambda v: (f"{v:.4g}" if isinstance(v, float) else ("" if v is None else v))
     env.filters["scatter"] = lambda points: Markup(svg.scatter(points or []))
     env.filters["histogram"] = lambda h: Markup(svg.histogram((h or {}).get("edges", []), (h or {}).get("counts", [])))
+    env.filters["bars"] = lambda items: Markup(svg.bars(items or [], label="gain with the site off"))
     env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=1, sort_keys=True, default=str)
     return env
 

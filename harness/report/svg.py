@@ -1,4 +1,5 @@
-"""Inline SVG charts (no JS, no network): fp-vs-quant scatter with y=x, error histogram, trend.
+"""Inline SVG charts (no JS, no network): fp-vs-quant scatter with y=x, error histogram, trend,
+ranked horizontal bars.
 
 Only numbers reach the SVG markup; every label passes through html.escape."""
 
@@ -78,3 +79,26 @@ def trend(values: list[float | None], flagged: bool = False, label: str = "trend
     body.append(f'<path class="trendline" d="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>')
     body += [f'<circle cx="{sx(i):.1f}" cy="{sy(v):.1f}" r="2.5" fill="{color}"/>' for i, v in pts]
     return _svg(body, label, "trend")
+
+
+def bars(items: list[list], label: str = "ranked bars", unit: str = "dB") -> str:
+    """Horizontal bars, one per (label, value), in the order given (e.g. ranked site gains);
+    a non-finite or missing value is left out, a negative one drawn as zero length."""
+    rows = [(str(name), float(v)) for name, v in (items or []) if v is not None and math.isfinite(float(v))]
+    if not rows:
+        return ""
+    row_h, left, width = 16, 150, W
+    height = row_h * len(rows) + 20
+    top = max(max(v for _, v in rows), 0.0) or 1.0
+    sx = _scale(0.0, top, left, width - 44)
+    body = [f'<line x1="{left}" y1="4" x2="{left}" y2="{height - 14}" stroke="#888"/>']
+    for i, (name, v) in enumerate(rows):
+        y = 4 + i * row_h
+        short = name if len(name) <= 26 else "\u2026" + name[-25:]
+        body.append(f'<text x="{left - 4}" y="{y + 11}" font-size="9" text-anchor="end">{html.escape(short)}</text>')
+        body.append(f'<rect x="{left}" y="{y + 2}" width="{max(sx(max(v, 0.0)) - left, 0.5):.1f}" height="{row_h - 4}" '
+                    f'fill="#2a6fdb"><title>{html.escape(name)}: {v:.3g} {html.escape(unit)}</title></rect>')
+        body.append(f'<text x="{sx(max(v, 0.0)) + 3:.1f}" y="{y + 11}" font-size="9">{v:.3g}</text>')
+    body.append(f'<text x="{left}" y="{height - 2}" font-size="10">{html.escape(label)} ({html.escape(unit)})</text>')
+    return (f'<svg class="bars" role="img" aria-label="{html.escape(label)}" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">' + "".join(body) + "</svg>")

@@ -1,0 +1,66 @@
+"""``python -m harness explain <case> [--profile tiny] [--top N] [--max-sites N]``: why a case loses
+accuracy. Builds the case's pipeline, runs the leave-one-out attribution of harness/attribution.py
+(one forward per fake-quant site) and prints the ranked sites with the case's SQNR as is."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+HELP = "rank a case's fake-quant sites by the SQNR gained with each one alone off"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness explain", description=__doc__.splitlines()[0])
+    parser.add_argument("case", help="case name (as in the catalog)")
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--top", type=int, default=15, help="rows to print (default 15; 0: all)")
+    parser.add_argument("--max-sites", type=int, default=None,
+                        help="sites to evaluate (default: the case's attribution max_sites setting)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from tabulate import tabulate
+
+    from harness.attribution import attribute, table_rows
+    from harness.catalog import add_configured_import_roots, load_cases
+    from harness.checks.attribution import CHECK
+    from harness.pipeline import PipelineCache
+
+    add_configured_import_roots()
+    cases = {case.name: case for _, case in load_cases()}
+    case = cases.get(args.case)
+    if case is None:
+        print(f"unknown case {args.case!r}; cases: {', '.join(sorted(cases))}", file=sys.stderr)
+        return 2
+    if args.profile not in case.profiles:
+        print(f"case {case.name!r} has no profile {args.profile!r} (it has {', '.join(case.profiles)})", file=sys.stderr)
+        return 2
+    unavailable = case.unavailable_reason()
+    if unavailable:
+        print(f"case {case.name!r} cannot run here: {unavailable}", file=sys.stderr)
+        return 2
+    pipeline = PipelineCache().get(case, args.profile)
+    max_sites = args.max_sites if args.max_sites is not None else pipeline.check_settings(CHECK).max_sites
+    att = attribute(pipeline, max_sites=max_sites)
+    limit = None if args.top == 0 else args.top
+    headers = ["site", "gain dB", "scale", "zp", "range", "clipped %", "boundary"]
+    print(f"{case.name} [{args.profile}]  sample {att.sample!r}: SQNR as is {att.sqnr_db:.2f} dB, PEIR {att.peir:.4g}")
+    print(tabulate(table_rows(att, limit), headers=headers, disable_numparse=True))
+    applied = sum(1 for s in att.sites if s.enabled and s.calls)
+    print(f"{att.evaluated} of {len(att.sites)} sites evaluated ({applied} applied on the sample"
+          f"{f'; capped at {att.max_sites}' if att.capped else ''}), {att.forwards} forwards, {att.seconds:.2f} s "
+          f"({1000 * att.seconds_per_forward:.1f} ms per forward); 'range' is the site's input on the sample")
+    if any(s.boundary for s in att.sites[: limit or None]):
+        print("boundary: the site returns the output or quantizes an input as given; its loss is that tensor's own "
+              "dtype resolution (the attribution check does not gate it)")
+    resolved = [s for s in att.sites if s.resolved_levels is not None and math.isfinite(s.resolved_levels)]
+    if resolved:
+        s = min(resolved, key=lambda s: s.resolved_levels)
+        print(f"coarsest resolution: {s.path} step {s.scale:.4g} over the values it must resolve "
+              f"{s.resolved_min:.4g}..{s.resolved_max:.4g} ({s.resolved_levels:.3g} steps"
+              f"{'; its input splits in two clusters' if s.split else ''})")
+    return 0
