@@ -544,7 +544,8 @@ class _Requantizing(torch.nn.Module):
                 record = by_call.get((name, index))
                 if record is None:
                     return out
-                if record["shape"] is not None and tuple(out.shape) != record["shape"]:
+                # tuple() on both sides: a record read back from the Circle cache holds a JSON list
+                if record["shape"] is not None and tuple(out.shape) != tuple(record["shape"]):
                     raise RuntimeError(f"call {index} of {name} has shape {tuple(out.shape)}, the graph's "
                                        f"{record['tensor']} {record['shape']}")
                 return circle_fake_quant(out, record["scale"], record["zero_point"], record["qmin"], record["qmax"])

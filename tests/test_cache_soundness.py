@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from cases.nn import CASES as NN_CASES
@@ -155,3 +156,19 @@ def test_a_plugin_patching_a_pass_fails_the_warm_run_as_the_cold_one(tmp_path):
     warm = _audit_failures(tmp_path, cache=True, plugin=True)
     cold = _audit_failures(tmp_path, cache=False, plugin=True)
     assert warm == cold and warm[0] == 1 and len(warm[1]) >= 7, (warm, cold)
+
+
+@pytest.mark.parametrize("check", ["circle_replay", "qparam_consistency"])
+def test_a_warm_cache_gives_the_cold_verdict_on_a_replay_the_alignment_explains(tmp_path, check):
+    """The audit a Circle cache hit hands back went through JSON (lists where the live audit has
+    tuples): the replay alignment built from it must judge as the one built from a fresh
+    conversion. Seen failing before the fix: llama_attention_prefill's alignment was refused on
+    a warm run ('call 0 of aten.neg.default has shape (1, 2, 16, 4), the graph's neg [1, 2, 16, 4]')."""
+    from cases.llama import CASES as LLAMA_CASES
+
+    case = next(c for c in LLAMA_CASES if c.name == "llama_attention_prefill")
+    cold = _verdict(case, check, None)
+    first = _verdict(case, check, tmp_path)
+    warm = _verdict(case, check, tmp_path)
+    assert first[2] == "miss" and warm[2] == "hit", (first, warm)
+    assert warm[:2] == cold[:2] == first[:2], (cold, first, warm)
