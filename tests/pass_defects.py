@@ -1,6 +1,6 @@
-"""A conversion-pass defect for the cache-soundness tests, shared by the in-process tests and the
-subprocess plugin: tico's PropagateQParamForward leaving split_with_sizes' outputs without
-qparams (a bug TICO once fixed)."""
+"""Conversion defects the tests seed into tico, shared by the in-process tests and the subprocess
+plugin: tico's PropagateQParamForward leaving split_with_sizes' outputs without qparams (a bug
+TICO once fixed), and a serializer writing every uint8 zero point one too high."""
 
 from __future__ import annotations
 
@@ -24,3 +24,18 @@ def dropping_split_output_qparams(original: Callable[[Any, Any], Any]) -> Callab
         return outcome
 
     return call
+
+
+def serialize_zero_points_off_by_one(monkeypatch: Any) -> None:
+    """tico's Circle serializer writes every uint8 zero point one too high (patched for the test)."""
+    import tico.serialize.circle_graph as circle_graph
+
+    original = circle_graph.to_circle_qparam
+
+    def off_by_one(qparam: Any) -> Any:
+        out = original(qparam)
+        if qparam.zero_point is not None and qparam.dtype == "uint8":
+            out.zeroPoint = [min(255, z + 1) for z in qparam.zero_point]
+        return out
+
+    monkeypatch.setattr(circle_graph, "to_circle_qparam", off_by_one)

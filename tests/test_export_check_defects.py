@@ -12,6 +12,7 @@ from tico.quantization.wrapq.wrappers.gemma4.quant_vision_encoder import QuantGe
 from cases.gemma4 import VISION_ENCODER, VISION_ENCODER_PADDED_CALIB
 from cases.qwen3_vl import VISION_MODEL
 from tests.helpers import problems_text, run_check, run_clean_check
+from tests.pass_defects import serialize_zero_points_off_by_one
 
 EXPORT_CHECKS = ["torch_export", "circle_replay", "qparam_audit", "calibration_coverage"]
 
@@ -86,17 +87,7 @@ def test_torch_export_catches_export_only_branch(monkeypatch):
 
 
 def test_circle_replay_catches_serialized_zero_point_off_by_one(monkeypatch):
-    import tico.serialize.circle_graph as circle_graph
-
-    original = circle_graph.to_circle_qparam
-
-    def off_by_one(qparam):
-        out = original(qparam)
-        if qparam.zero_point is not None and qparam.dtype == "uint8":
-            out.zeroPoint = [min(255, z + 1) for z in qparam.zero_point]
-        return out
-
-    monkeypatch.setattr(circle_graph, "to_circle_qparam", off_by_one)
+    serialize_zero_points_off_by_one(monkeypatch)
     result = run_check(VISION_ENCODER, "circle_replay")
     text = problems_text(result)
     assert "Circle FAKE_QUANTIZE mean |diff| in steps" in text and "exceeds threshold 0.1" in text

@@ -15,6 +15,7 @@ from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
 from harness.pipeline import Pipeline
 from harness.qparam_consistency import aligned_to_circle, circle_fake_quant
 from tests.helpers import _CLEAN, problems_text, run_check, run_clean_check
+from tests.pass_defects import serialize_zero_points_off_by_one
 
 LLAMA_PREFILL = next(case for case in LLAMA_CASES if case.name == "llama_attention_prefill")
 LLAMA_DECODE = next(case for case in LLAMA_CASES if case.name == "llama_attention_decode")
@@ -105,17 +106,7 @@ def test_gather_keeps_the_table_quantization_qwen3_vl_text_model():
 def test_lowered_limits_catch_a_serialized_zero_point_off_by_one(case, monkeypatch):
     """A serializer that writes every uint8 zero point one too high: with the limits at the
     one-flip floor the replay still fails."""
-    import tico.serialize.circle_graph as circle_graph
-
-    original = circle_graph.to_circle_qparam
-
-    def off_by_one(qparam):
-        out = original(qparam)
-        if qparam.zero_point is not None and qparam.dtype == "uint8":
-            out.zeroPoint = [min(255, z + 1) for z in qparam.zero_point]
-        return out
-
-    monkeypatch.setattr(circle_graph, "to_circle_qparam", off_by_one)
+    serialize_zero_points_off_by_one(monkeypatch)
     result = run_check(case, "circle_replay")
     assert not result.passed
     assert "Circle FAKE_QUANTIZE" in problems_text(result) and "in steps" in problems_text(result)
