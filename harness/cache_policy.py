@@ -6,7 +6,8 @@ Circle cache (harness/circle_cache.py) answers "what would tico's conversion pro
 same program converted by the same code (harness/code_fingerprint.py). Neither is consulted
 when its directory is off (``--no-export-cache`` / ``--no-circle-cache``), a key that cannot be
 computed is a miss with the reason recorded, and a disk that cannot store an entry costs the
-reuse, never the case."""
+reuse, never the case. A reproducible failure of the export or the conversion is kept under the
+key a success would have had and replayed as the same stage failure (harness/failure_replay.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ def export_record(pipeline: Any) -> Any:
     read off a fresh torch.export program (and stored)."""
     from harness.circle_cache import Uncacheable, cache_key
     from harness.export_reuse import ExportCache, execution_key, record_from_program
+    from harness.failure_replay import RecordedFailure, ReplayedFailure, record_stage_error
+    from harness.stage_engine import StageError
 
     name = pipeline.export_sample_name
     adapter = pipeline.export_adapter("quant", name)
@@ -32,10 +35,21 @@ def export_record(pipeline: Any) -> Any:
             status = f"uncacheable: {why}"
         else:
             record, notes = cache.get(key)
+            if isinstance(record, RecordedFailure):
+                raise ReplayedFailure(record, f"the export cache entry {key[:12]}")
             if record is not None:
                 record.status, record.notes = "hit", notes
                 return record
-    program = pipeline.exported_program
+    try:
+        program = pipeline.exported_program
+    except StageError as err:
+        failure = record_stage_error(err) if key is not None else None
+        if failure is not None:
+            try:  # the same execution exported by the same code fails the same way: keep it
+                cache.put_failure(key, failure)
+            except (Uncacheable, OSError):
+                pass  # not kept: the next run exports again
+        raise
     circle_key = None
     if settings.circle_cache_dir is not None:
         try:

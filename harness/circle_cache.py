@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from harness.entry_store import EntryStore
+from harness.failure_replay import RecordedFailure
 from harness.qparam_audit import AuditResult
 
 KEY_SCHEMA = "circle-cache-v1"
@@ -128,7 +129,8 @@ def _harness_source_hash() -> str:
     """The harness code that produces what is cached (conversion call and audit walker)."""
     here = Path(__file__).parent
     h = hashlib.sha256()
-    for name in ("circle_cache.py", "entry_store.py", "export.py", "qparam_audit.py", "qparam_consistency.py"):
+    for name in ("circle_cache.py", "entry_store.py", "export.py", "qparam_audit.py", "qparam_consistency.py",
+                 "failure_replay.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()
 
@@ -186,13 +188,24 @@ class CircleCache:
     def _entry_key(key: str) -> str:
         return hashlib.sha256(f"{key}\n{conversion_code_fingerprint()}".encode()).hexdigest()
 
-    def get(self, key: str) -> tuple[CacheEntry | None, list[str]]:
-        """The entry (None on a miss) and notes on what was wrong with a damaged one. Raises
-        ``Uncacheable`` when the conversion code cannot be fingerprinted."""
-        return self._store.lookup(
-            self._entry_key(key),
-            lambda binary, meta: CacheEntry(binary=binary, audit=AuditResult(**meta["audit"])), "reconverted")
+    def get(self, key: str) -> tuple[CacheEntry | RecordedFailure | None, list[str]]:
+        """The entry -- a conversion, or the failure the same program and code produced -- (None
+        on a miss) and notes on what was wrong with a damaged one. Raises ``Uncacheable`` when
+        the conversion code cannot be fingerprinted."""
+        return self._store.lookup(self._entry_key(key), _decode_entry, "reconverted")
 
     def put(self, key: str, entry: CacheEntry) -> None:
         self._store.write(self._entry_key(key), entry.binary, {"audit": dataclasses.asdict(entry.audit),
                                                                "environment": environment_fingerprint()})
+
+    def put_failure(self, key: str, failure: RecordedFailure) -> None:
+        """Store a conversion's reproducible failure (harness/failure_replay.py) under the key a
+        success would have had."""
+        self._store.write(self._entry_key(key), b"", {"failure": failure.manifest(),
+                                                      "environment": environment_fingerprint()})
+
+
+def _decode_entry(binary: bytes, meta: dict[str, Any]) -> CacheEntry | RecordedFailure:
+    if "failure" in meta:
+        return RecordedFailure.from_manifest(meta["failure"])
+    return CacheEntry(binary=binary, audit=AuditResult(**meta["audit"]))

@@ -16,6 +16,7 @@ import torch
 
 from harness import compat
 from harness.circle_cache import CacheEntry, CircleCache, Uncacheable, cache_key
+from harness.failure_replay import RecordedFailure, ReplayedFailure, record
 from harness.qparam_audit import AuditResult, audit_exported_program
 from harness.qparam_consistency import (attribute_observers, observer_fake_quants, overwritten_qparams, recording_folds,
                                         requantized_unapplied)
@@ -180,13 +181,15 @@ def _convert(program: Any, defer_codegen: bool = True) -> tuple[bytes, AuditResu
 
 
 def convert_to_circle(program: Any, cache: CircleCache | None = None, key: str | None = None,
-                      reused_key: str | None = None) -> CircleArtifact:
+                      reused_key: str | None = None, stage: str = "circle_convert") -> CircleArtifact:
     """tico's conversion, through the content-addressed cache when one is given.
 
     ``program`` is the ExportedProgram or a callable that traces it. ``key`` is that program's
     cache key when already computed; ``reused_key`` is the key of a program the export cache
     proved equal to this one, so a hit needs no trace. A miss converts the traced program and
-    stores it under the program's own key. When the conversion code cannot be fingerprinted
+    stores it under the program's own key; a conversion that fails reproducibly is stored as
+    that failure and replayed on a hit, as a failure of ``stage`` (harness/failure_replay.py).
+    When the conversion code cannot be fingerprinted
     (``CircleCache`` raises ``Uncacheable``), the cache is not used and the status says why."""
     get_program = (lambda: program) if isinstance(program, torch.export.ExportedProgram) else program
     if cache is None:
@@ -204,9 +207,21 @@ def convert_to_circle(program: Any, cache: CircleCache | None = None, key: str |
                 notes += more
     except Uncacheable as why:
         status, key = f"uncacheable: {why}", None
+    if isinstance(entry, RecordedFailure):
+        raise ReplayedFailure(entry, f"the Circle cache entry {key[:12]}")
     if entry is not None:
         return _artifact(entry.binary, entry.audit, "hit", key, notes)
-    binary, audit = _convert(get_program())
+    program = get_program()
+    try:
+        binary, audit = _convert(program)
+    except Exception as exc:
+        failure = record(stage, exc) if key is not None else None
+        if failure is not None:
+            try:  # the same program converted by the same code fails the same way: keep it
+                cache.put_failure(key, failure)
+            except (Uncacheable, OSError):
+                pass  # not kept: the next run converts again
+        raise
     if key is not None:
         try:
             cache.put(key, CacheEntry(binary=binary, audit=audit))

@@ -35,6 +35,7 @@ import copy
 import dataclasses
 import enum
 import functools
+import gc
 import hashlib
 import importlib.metadata
 import json
@@ -48,10 +49,15 @@ from harness import compat
 from harness.circle_cache import Uncacheable, _package_source_hash, _tensor_bytes
 from harness.code_fingerprint import code_digest as _code_digest
 from harness.entry_store import EntryStore
+from harness.failure_replay import RecordedFailure
 
 KEY_SCHEMA = "export-reuse-v1"
 # Ops torch.export inserts when a graph depends on input *values*, not just shapes.
 VALUE_GUARD_TARGETS = ("_assert_scalar", "sym_constrain_range", "_local_scalar_dense", "_assert_async")
+# Attributes that hold a hash of other attributes (already keyed), salted per process by
+# PYTHONHASHSEED: keyed, they would make every process's key differ. GenerationConfig stores
+# hash(to_json_string(...)) to detect later edits (transformers generation/configuration_utils.py).
+_PROCESS_SALTED = {("transformers.generation.configuration_utils.GenerationConfig", "_original_object_hash")}
 _SIMPLE = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.layout,
            torch.memory_format)
 
@@ -133,7 +139,9 @@ def _value_text(value: Any, depth: int = 2) -> str:
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         return f"{type(value).__qualname__}" + _value_text(fields, depth - 1)
     if depth > 0 and hasattr(value, "__dict__"):
-        return f"{type(value).__module__}.{type(value).__qualname__}" + _value_text(dict(vars(value)), depth - 1)
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        fields = {k: v for k, v in vars(value).items() if (kind, k) not in _PROCESS_SALTED}
+        return kind + _value_text(fields, depth - 1)
     return f"obj:{type(value).__module__}.{type(value).__qualname__}"
 
 
@@ -223,7 +231,8 @@ def _module_tree_text(root: torch.nn.Module, put: Any) -> None:
 def _environment() -> str:
     here = Path(__file__).parent
     harness = hashlib.sha256()
-    for name in ("export_reuse.py", "entry_store.py", "export.py", "circle_cache.py", "qparam_audit.py"):
+    for name in ("export_reuse.py", "entry_store.py", "export.py", "circle_cache.py", "qparam_audit.py",
+                 "failure_replay.py"):
         harness.update((here / name).read_bytes())
     return json.dumps({
         "schema": KEY_SCHEMA,
@@ -303,6 +312,11 @@ def _traced_run(runner: torch.nn.Module, run_args: tuple, put: Any) -> tuple[Any
     previous = sys.getprofile()
     if previous is not None:  # a profiler or debugger is attached: do not take its hook
         raise Uncacheable(f"another profile hook is active ({type(previous).__name__})")
+    # The cyclic collector runs when allocation counts say so (they depend on what ran before in
+    # the process), and the finalizers it calls (regex's Group.__del__, ...) would enter the
+    # trace: off for the run, so only what the adapter itself calls is keyed.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         with torch.no_grad(), trace:
             sys.setprofile(profile)
@@ -310,6 +324,8 @@ def _traced_run(runner: torch.nn.Module, run_args: tuple, put: Any) -> tuple[Any
                 output = runner(*run_args)
             finally:
                 sys.setprofile(previous)
+                if collecting:
+                    gc.enable()
     except Uncacheable:
         raise
     except Exception as exc:  # noqa: BLE001 - torch.export will report it properly
@@ -318,10 +334,13 @@ def _traced_run(runner: torch.nn.Module, run_args: tuple, put: Any) -> tuple[Any
 
 
 # -- the store ------------------------------------------------------------------------------
-def _decode_record(data: bytes, meta: dict[str, Any]) -> ExportRecord:
-    """The record ExportCache.put wrote (output tensors by leaf index, other leaves inline)."""
+def _decode_record(data: bytes, meta: dict[str, Any]) -> ExportRecord | RecordedFailure:
+    """The record ExportCache.put wrote (output tensors by leaf index, other leaves inline), or
+    the failure ExportCache.put_failure wrote."""
     from safetensors.torch import load
 
+    if "failure" in meta:
+        return RecordedFailure.from_manifest(meta["failure"])
     tensors = load(data)
     leaves = [tensors[f"leaf{i}"] if kind == "tensor" else value for i, (kind, value) in enumerate(meta["leaves"])]
     return ExportRecord(output_leaves=leaves, output_spec=meta["output_spec"], graph_nodes=int(meta["graph_nodes"]),
@@ -336,9 +355,14 @@ class ExportCache:
         self.root = Path(root)
         self._store = EntryStore(self.root, ".safetensors", "export cache")
 
-    def get(self, key: str) -> tuple[ExportRecord | None, list[str]]:
-        """The record (None on a miss) and notes on what was wrong with a damaged entry."""
+    def get(self, key: str) -> tuple[ExportRecord | RecordedFailure | None, list[str]]:
+        """The record -- or the failure the same execution produced -- (None on a miss) and notes
+        on what was wrong with a damaged entry."""
         return self._store.lookup(key, _decode_record, "traced again")
+
+    def put_failure(self, key: str, failure: RecordedFailure) -> None:
+        """Store torch.export's reproducible failure for this execution (harness/failure_replay.py)."""
+        self._store.write(key, b"", {"failure": failure.manifest(), "environment": json.loads(_environment())})
 
     def put(self, key: str, record: ExportRecord) -> None:
         from safetensors.torch import save

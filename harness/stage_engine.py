@@ -48,11 +48,23 @@ class StageError(RuntimeError):
     """A pipeline stage failed; carries the stage name and the original traceback text."""
 
     def __init__(self, case: str, profile: str, stage: str, error: BaseException):
-        self.stage = stage
-        self.error_type = type(error).__name__
-        self.error_text = str(error)
-        self.traceback_text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        super().__init__(f"{case}[{profile}]: stage '{stage}' failed: {self.error_type}: {error}")
+        from harness.failure_replay import ReplayedFailure
+
+        self.replayed_from: str | None = None
+        if isinstance(error, ReplayedFailure):
+            # A cache replays a failure the same input and code produced: the same stage, type
+            # and message as then, so the same items fail the same way (harness/failure_replay.py).
+            recorded = error.recorded
+            self.stage, self.error_type, self.error_text = recorded.stage, recorded.error_type, recorded.message
+            self.traceback_text = f"{recorded.traceback}\n(replayed from {error.source}: the same input " \
+                                  f"and code failed this way when the entry was written)"
+            self.replayed_from = error.source
+        else:
+            self.stage = stage
+            self.error_type = type(error).__name__
+            self.error_text = str(error)
+            self.traceback_text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        super().__init__(f"{case}[{profile}]: stage '{self.stage}' failed: {self.error_type}: {self.error_text}")
 
 
 class StageEngine:
