@@ -24,7 +24,9 @@ cases, under the limit: there it is named by the ranking, not failed.
 
 Cost: one forward per evaluated site (at most ``max_sites``, the noisiest first by local SQNR;
 capping is recorded as a note; the seconds are in the evidence, not the metrics, which must
-not differ between runs). Run on the case's first profile only (``tiny`` for every case here, the
+not differ between runs). With the export cache on, an attribution of a model that executes
+exactly as before is reused (harness/attribution_cache.py; ``attribution_cache`` in the
+evidence says hit or miss) and judged again against the current settings. Run on the case's first profile only (``tiny`` for every case here, the
 profile its limits are stated for): at ``e2b_dims`` one forward costs seconds and a tiny-measured
 limit says nothing there.
 """
@@ -48,14 +50,16 @@ def _fmt(v) -> str:
 
 
 def run(pipeline) -> CheckResult:
-    from harness.attribution import attribute
+    from harness.attribution_cache import cached_attribute
 
     th = pipeline.check_settings(CHECK)
     result = CheckResult()
     if th.max_sites < 1:
         result.fail(f"max_sites {th.max_sites} evaluates no site")
         return result
-    att = attribute(pipeline, max_sites=th.max_sites)
+    export_cache = pipeline.settings.export_cache_dir
+    att, cache_status = cached_attribute(pipeline, max_sites=th.max_sites,
+                                         cache_dir=export_cache / "attribution" if export_cache else None)
     gated = [s for s in att.sites if s.evaluated and s.boundary is None and s.gain_db is not None]
     boundary = [s for s in att.sites if s.evaluated and s.boundary is not None]
     if not att.sites:
@@ -107,6 +111,7 @@ def run(pipeline) -> CheckResult:
         if paths:
             result.notes.append(f"{len(paths)} {label}: {', '.join(paths[:5])}{' ...' if len(paths) > 5 else ''}")
     result.evidence.update(att.as_dict())
+    result.evidence["attribution_cache"] = cache_status
     result.evidence["bars"] = [[s.path, s.gain_db] for s in att.sites[:10] if s.evaluated]
     return result
 
@@ -131,7 +136,8 @@ CHECK = Check(
     ),
     report="""{% set ev = rec.get("evidence") or {} %}{% set m = rec.get("metrics") or {} %}
 <p>SQNR as is {{ ev.get("sqnr_db") | num }} dB; {{ ev.get("evaluated") }} of {{ (ev.get("sites") or []) | length }} sites
-evaluated in {{ ev.get("seconds") | num }} s{% if ev.get("capped") %} (capped at {{ ev.get("max_sites") }}){% endif %}.</p>
+evaluated in {{ ev.get("seconds") | num }} s{% if ev.get("attribution_cache") == "hit" %} (an earlier run's: the model
+executes as it did then){% endif %}{% if ev.get("capped") %} (capped at {{ ev.get("max_sites") }}){% endif %}.</p>
 {{ ev.get("bars") | bars }}
 <table class="limits"><tr><th>site</th><th>gain dB</th><th>PEIR gain</th><th>dtype</th><th>scale</th><th>zp</th>
 <th>calibrated range</th><th>input range</th><th>clipped %</th><th>resolved steps</th><th></th></tr>
