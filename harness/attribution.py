@@ -16,7 +16,11 @@ sample:
   additive mask fill), the larger cluster; ``resolved_levels`` is that cluster's range over the
   site's step. Under 1 the step exceeds the range of the values it must resolve.
 
-Cost: one instrumented forward, one forward as is, and one forward per evaluated site. At most
+Beside the sites, every wrapped submodule's isolated and propagated error
+(harness/submodule_error.py): where error is made, and where it is only carried.
+
+Cost: one instrumented forward, one forward as is, one forward per evaluated site, and for the
+submodule table two forwards plus one isolated call per wrapper call. At most
 ``max_sites`` sites are evaluated, the ones with the lowest local SQNR first; the rest keep
 their site facts and are reported as not evaluated.
 """
@@ -33,6 +37,7 @@ import torch
 
 from harness import compat
 from harness.metrics import as_float, peir, select_valid, sqnr_db
+from harness.submodule_error import SubmoduleError, submodule_errors
 
 # A gap between sorted input values wider than this fraction of the input's range splits it in two.
 CLUSTER_GAP_FRACTION = 0.5
@@ -87,6 +92,8 @@ class Attribution:
     seconds_per_forward: float
     not_in_tico_sites: list[str] = field(default_factory=list)
     not_walked: list[str] = field(default_factory=list)
+    # isolated vs propagated error of every wrapped submodule (harness/submodule_error.py)
+    submodules: list[SubmoduleError] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -290,11 +297,12 @@ def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default") ->
         return (1, s.local_sqnr_db if s.local_sqnr_db is not None else math.inf, s.path)
 
     sites.sort(key=rank)
+    submodules = submodule_errors(quantized, sample)
     return Attribution(
         sample=sample_name, sqnr_db=base_sqnr, peir=base_peir, sites=sites, evaluated=len(chosen),
         capped=len(candidates) > len(chosen), max_sites=max_sites, forwards=forwards,
         seconds=time.perf_counter() - started, seconds_per_forward=timed / len(chosen) if chosen else 0.0,
-        not_in_tico_sites=not_in_tico, not_walked=not_walked,
+        not_in_tico_sites=not_in_tico, not_walked=not_walked, submodules=submodules,
     )
 
 

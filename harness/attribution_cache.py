@@ -33,8 +33,9 @@ import torch
 from harness.attribution import Attribution, Site, attribute
 from harness.circle_cache import Uncacheable
 from harness.entry_store import EntryStore
+from harness.submodule_error import SubmoduleError
 
-KEY_SCHEMA = "attribution-v1"
+KEY_SCHEMA = "attribution-v2"
 
 
 class _SampleCall(torch.nn.Module):
@@ -88,6 +89,7 @@ def attribution_key(pipeline: Any, max_sites: int, sample_name: str) -> str:
 def _decode(payload: bytes, meta: dict[str, Any]) -> Attribution:
     data = json.loads(payload)
     data["sites"] = [Site(**site) for site in data["sites"]]
+    data["submodules"] = [SubmoduleError(**row) for row in data["submodules"]]
     return Attribution(**data)
 
 

@@ -57,6 +57,27 @@ def test_observer_widened_16x_is_ranked_first_and_fails_the_check():
     assert result.metrics["top_site_gain_db"] == pytest.approx(att.sites[0].gain_db)
 
 
+def test_the_seeded_observer_makes_its_submodule_the_error_origin():
+    """Isolated vs propagated: the widened observer's linear is where error is made (its own,
+    isolated error falls); the submodule downstream of it only inherits it."""
+    from harness.submodule_error import error_origin, submodule_errors
+
+    def table(pipeline):
+        return {row.path: row for row in submodule_errors(pipeline.quantized, pipeline.sample("default"))}
+
+    clean, seeded = table(Pipeline(MLP, "tiny")), table(_widened(MLP, SITE, 16.0))
+    up, down = "wrapped.up_proj.wrapped", "wrapped.down_proj.wrapped"
+    assert error_origin(list(clean.values())).path != up
+    assert error_origin(list(seeded.values())).path == up
+    assert seeded[up].isolated_sqnr_db < clean[up].isolated_sqnr_db - 10.0
+    # down_proj's own error is unchanged; what it carries is up_proj's
+    assert abs(seeded[down].isolated_sqnr_db - clean[down].isolated_sqnr_db) < 1.0
+    assert seeded[down].inherited_db > clean[down].inherited_db + 10.0
+    assert seeded["wrapped"].outermost and not seeded[up].outermost
+    result = CHECKS["attribution"].run(_widened(MLP, SITE, 16.0))
+    assert any(note.startswith(f"error is made most in {up} ") for note in result.notes), result.notes
+
+
 def test_a_step_wider_than_the_values_to_resolve_is_named():
     result = CHECKS["attribution"].run(_widened(MLP, SITE, 512.0))
     text = problems_text(result)
@@ -135,7 +156,9 @@ def test_report_fragment_shows_the_ranked_table_and_bars():
     rec = {"evidence": result.evidence, "metrics": result.metrics}
     html = _env().from_string(CHECKS["attribution"].report).render(rec=rec)
     assert html.count('<rect x="150"') == len(result.evidence["bars"]) > 0
-    rows = re.findall(r"<tr><td>([^<]+)</td>", html)
+    site_table, submodule_table = html.split("Per wrapped submodule")
+    rows = re.findall(r"<tr><td>([^<]+)</td>", site_table)
     assert rows == [s["path"] for s in result.evidence["sites"][:10]]
+    assert re.findall(r"<tr><td>([^<]+)</td>", submodule_table) == [r["path"] for r in result.evidence["submodules"]]
     assert "<title>wrapped.obs_mask_add: " in html
     assert "&lt;b&gt;" in bars([["<b>", 1.0]]) and bars([["x", float("nan")]]) == ""

@@ -1,5 +1,6 @@
 """Why the case loses accuracy: leave-one-out gain of every fake-quant site, and a gate on one
-interior site that alone costs more than ``max_site_gain_db``.
+interior site that alone costs more than ``max_site_gain_db``; beside it, every wrapped
+submodule's isolated vs propagated error and the one where error is made most.
 
 ``harness/attribution.py`` switches each site's fake-quant off on a private copy of the QUANT
 tree (one forward per site) and records the output SQNR / PEIR gain vs the Hugging Face
@@ -51,6 +52,7 @@ def _fmt(v) -> str:
 
 def run(pipeline) -> CheckResult:
     from harness.attribution_cache import cached_attribute
+    from harness.submodule_error import error_origin
 
     th = pipeline.check_settings(CHECK)
     result = CheckResult()
@@ -110,6 +112,15 @@ def run(pipeline) -> CheckResult:
                          ("tico sites the module walk did not find", att.not_walked)):
         if paths:
             result.notes.append(f"{len(paths)} {label}: {', '.join(paths[:5])}{' ...' if len(paths) > 5 else ''}")
+    origin = error_origin(att.submodules)
+    if origin is not None:
+        result.metrics["origin_isolated_sqnr_db"] = origin.isolated_sqnr_db
+        result.notes.append(
+            f"error is made most in {origin.path} ({origin.wrapper}): {origin.isolated_sqnr_db:.3g} dB on float inputs "
+            f"alone, {_fmt(origin.propagated_sqnr_db)} dB in the quantized model")
+    for row in att.submodules:
+        if row.note:
+            result.notes.append(f"submodule {row.path}: {row.note}")
     result.evidence.update(att.as_dict())
     result.evidence["attribution_cache"] = cache_status
     result.evidence["bars"] = [[s.path, s.gain_db] for s in att.sites[:10] if s.evaluated]
@@ -129,6 +140,7 @@ CHECK = Check(
         Metric("top_site_gain_db", unit="dB", label="top site gain dB", limit="max_site_gain_db", headline=True),
         Metric("top_boundary_gain_db", better=None, unit="dB", label="top boundary gain dB"),
         Metric("min_resolved_levels", better="higher", label="min resolved steps", limit="min_resolved_levels"),
+        Metric("origin_isolated_sqnr_db", better="higher", unit="dB", label="worst own SQNR dB"),
         Metric("sqnr_db", better=None, unit="dB", label="SQNR dB as is"),
         Metric("peir", better=None, label="PEIR as is"),
         Metric("sites", better=None),
@@ -146,5 +158,13 @@ executes as it did then){% endif %}{% if ev.get("capped") %} (capped at {{ ev.ge
 <td>{{ s.observed_min | num }}..{{ s.observed_max | num }}</td><td>{{ s.input_min | num }}..{{ s.input_max | num }}</td>
 <td>{% if s.clipped_fraction is not none %}{{ (100 * s.clipped_fraction) | num }}{% endif %}</td>
 <td>{{ s.resolved_levels | num }}</td><td class="muted">{{ s.boundary or "" }}</td></tr>
-{% endfor %}</table>""",
+{% endfor %}</table>
+{% if ev.get("submodules") %}<p>Per wrapped submodule: its own error (isolated: alone, on the float model's inputs to it)
+and its error in the quantized model (propagated: with everything upstream).</p>
+<table class="limits"><tr><th>submodule</th><th>wrapper</th><th>calls</th><th>isolated SQNR dB</th>
+<th>propagated SQNR dB</th><th>inherited dB</th><th></th></tr>
+{% for r in ev.get("submodules") %}<tr><td>{{ r.path }}</td><td>{{ r.wrapper }}</td><td>{{ r.calls }}</td>
+<td>{{ r.isolated_sqnr_db | num }}</td><td>{{ r.propagated_sqnr_db | num }}</td><td>{{ r.inherited_db | num }}</td>
+<td class="muted">{{ "whole case" if r.outermost else "" }}{{ r.note }}</td></tr>
+{% endfor %}</table>{% endif %}""",
 )

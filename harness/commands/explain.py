@@ -29,6 +29,7 @@ def main(argv: list[str]) -> int:
     from harness.catalog import add_configured_import_roots, load_cases
     from harness.checks.attribution import CHECK
     from harness.pipeline import PipelineCache
+    from harness.submodule_error import error_origin
 
     add_configured_import_roots()
     cases = {case.name: case for _, case in load_cases()}
@@ -63,4 +64,19 @@ def main(argv: list[str]) -> int:
         print(f"coarsest resolution: {s.path} step {s.scale:.4g} over the values it must resolve "
               f"{s.resolved_min:.4g}..{s.resolved_max:.4g} ({s.resolved_levels:.3g} steps"
               f"{'; its input splits in two clusters' if s.split else ''})")
+    if att.submodules:
+        print()
+        print("per wrapped submodule: isolated = its own error (alone, on the float model's inputs to it); "
+              "propagated = in the quantized model, with everything upstream")
+        rows = [[r.path + (" (whole case)" if r.outermost else ""), r.wrapper, r.calls, _db(r.isolated_sqnr_db),
+                 _db(r.propagated_sqnr_db), _db(r.inherited_db), r.note] for r in att.submodules]
+        print(tabulate(rows, headers=["submodule", "wrapper", "calls", "isolated dB", "propagated dB", "inherited dB", ""],
+                       disable_numparse=True))
+        origin = error_origin(att.submodules)
+        if origin is not None:
+            print(f"error is made most in {origin.path} ({origin.wrapper}): {_db(origin.isolated_sqnr_db)} dB alone")
     return 0
+
+
+def _db(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"

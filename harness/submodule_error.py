@@ -1,0 +1,171 @@
+"""Isolated vs propagated quantization error of every wrapped submodule.
+
+The leave-one-out table (harness/attribution.py) says which fake-quant site costs the output
+most. This says where in the module tree error is *made* and where it is only *carried*, the
+way ONNX Runtime's qdq_loss_debug and Numeric Suite report local vs accumulated error. On a
+private copy of the QUANT tree and one sample:
+
+* **float run**: every fake-quant site switched off (``set_fake_quant_enabled(False)``), so
+  the same wrapper code computes in float; every wrapper's inputs and output are kept;
+* **quantized run**: as is; every wrapper's output is kept;
+* **isolated**: each wrapper called alone, as is, on the float run's inputs to it.
+
+``propagated_sqnr_db`` compares a wrapper's quantized-run output with its float-run output: its
+own error plus everything upstream. ``isolated_sqnr_db`` compares its isolated output with the
+float-run output: its own error only. A wrapper called several times (a shared module) sums
+signal and noise over its calls. Wrappers are tico's ``QuantModuleBase`` modules, in the order
+they were first entered; a ``PTQWrapper``'s own entry is folded into the module it wraps (the
+two compute the same tensor).
+
+Compared on the output leaves that are floating tensors; positions outside the sample's
+``valid_tokens`` are dropped where a tensor is shaped like them (padding carries no meaning).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness import compat
+from harness.metrics import as_float
+
+
+@dataclass
+class SubmoduleError:
+    path: str
+    wrapper: str
+    calls: int
+    isolated_sqnr_db: float | None  # None: its isolated call could not be made (the reason is in `note`)
+    propagated_sqnr_db: float | None
+    inherited_db: float | None  # isolated minus propagated: how much of its error came from upstream
+    outermost: bool = False  # the first wrapper entered: the whole case (its inputs are the sample's)
+    note: str = ""
+
+
+class _Noise:
+    def __init__(self) -> None:
+        self.signal = self.noise = 0.0
+        self.compared = 0
+
+    def add(self, reference: list[torch.Tensor], candidate: list[torch.Tensor]) -> None:
+        for ref, cand in zip(reference, candidate):
+            if ref.shape != cand.shape:
+                continue
+            r, c = as_float(ref), as_float(cand)
+            self.signal += float((r**2).sum())
+            self.noise += float(((r - c) ** 2).sum())
+            self.compared += r.numel()
+
+    def sqnr_db(self) -> float | None:
+        if not self.compared:
+            return None
+        if self.noise == 0.0:
+            return math.inf
+        if self.signal == 0.0:
+            return -math.inf
+        return 10.0 * math.log10(self.signal / self.noise)
+
+
+def _float_leaves(output: Any, valid: torch.Tensor | None) -> list[torch.Tensor]:
+    leaves = [leaf.detach() for leaf in compat.tree_leaves(output)
+              if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.numel()]
+    if valid is None:
+        return leaves
+    keep = valid.to(torch.bool)
+    return [leaf[keep] if tuple(leaf.shape[: keep.dim()]) == tuple(keep.shape) else leaf for leaf in leaves]
+
+
+def _wrappers(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    from tico.quantization.wrapq.wrappers.ptq_wrapper import PTQWrapper
+    from tico.quantization.wrapq.wrappers.quant_module_base import QuantModuleBase
+
+    return [(path, module) for path, module in root.named_modules()
+            if isinstance(module, QuantModuleBase) and not isinstance(module, PTQWrapper)]
+
+
+def _record(wrappers, keep_inputs: bool):
+    """Forward hooks that keep each wrapper's outputs per call (and a private copy of its inputs)."""
+    calls: dict[str, list[dict[str, Any]]] = {path: [] for path, _ in wrappers}
+    order: list[str] = []
+    handles = []
+    for path, module in wrappers:
+        def pre(mod, args, kwargs, path=path):
+            if path not in order:
+                order.append(path)
+            entry = {"inputs": copy.deepcopy((args, kwargs)) if keep_inputs else None}
+            calls[path].append(entry)
+
+        def post(mod, args, kwargs, output, path=path):
+            calls[path][-1]["output"] = output
+
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(post, with_kwargs=True))
+    return calls, order, handles
+
+
+def submodule_errors(quantized: torch.nn.Module, sample: Any) -> list[SubmoduleError]:
+    """The table for ``quantized`` (never touched: a private copy runs) on ``sample``."""
+    from tico.quantization.wrapq.observers.base import ObserverBase
+
+    twin = copy.deepcopy(quantized)
+    wrappers = _wrappers(twin)
+    observers = [m for m in twin.modules() if isinstance(m, ObserverBase)]
+    enabled = {id(obs): bool(obs.fake_quant_enabled) for obs in observers}
+    valid = sample.valid_tokens
+
+    def run(keep_inputs: bool):
+        calls, order, handles = _record(wrappers, keep_inputs)
+        try:
+            with torch.no_grad():
+                sample.call(twin)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return calls, order
+
+    for obs in observers:
+        obs.set_fake_quant_enabled(False)
+    try:
+        floats, order = run(keep_inputs=True)
+    finally:
+        for obs in observers:
+            obs.set_fake_quant_enabled(enabled[id(obs)])
+    quants, _ = run(keep_inputs=False)
+
+    table = []
+    for index, path in enumerate(order):
+        module = twin.get_submodule(path) if path else twin
+        propagated, isolated, note = _Noise(), _Noise(), ""
+        float_calls, quant_calls = floats[path], quants[path]
+        if len(float_calls) != len(quant_calls):
+            note = f"called {len(float_calls)} times in float, {len(quant_calls)} quantized"
+        for f_call, q_call in zip(float_calls, quant_calls):
+            reference = _float_leaves(f_call.get("output"), valid)
+            propagated.add(reference, _float_leaves(q_call.get("output"), valid))
+            args, kwargs = copy.deepcopy(f_call["inputs"])
+            try:
+                with torch.no_grad():
+                    alone = module(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - one wrapper's refusal costs only its row
+                note = f"isolated call failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                isolated = None
+                break
+            isolated.add(reference, _float_leaves(alone, valid))
+        iso = isolated.sqnr_db() if isolated is not None else None
+        prop = propagated.sqnr_db()
+        inherited = (iso - prop if iso is not None and prop is not None and math.isfinite(iso) and math.isfinite(prop)
+                     else None)
+        table.append(SubmoduleError(path=path or "<root>", wrapper=type(module).__name__, calls=len(quant_calls),
+                                    isolated_sqnr_db=iso, propagated_sqnr_db=prop, inherited_db=inherited,
+                                    outermost=index == 0, note=note))
+    return table
+
+
+def error_origin(table: list[SubmoduleError]) -> SubmoduleError | None:
+    """The wrapper inside the case whose own (isolated) error is largest: where error is made."""
+    rows = [row for row in table if not row.outermost and row.isolated_sqnr_db is not None]
+    return min(rows, key=lambda row: row.isolated_sqnr_db, default=None)
