@@ -35,7 +35,7 @@ from harness.circle_cache import Uncacheable
 from harness.entry_store import EntryStore
 from harness.submodule_error import SubmoduleError
 
-KEY_SCHEMA = "attribution-v2"
+KEY_SCHEMA = "attribution-v4"
 
 
 class _SampleCall(torch.nn.Module):

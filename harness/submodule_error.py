@@ -17,7 +17,10 @@ signal and noise over its calls. Wrappers are tico's ``QuantModuleBase`` modules
 they were first entered; a ``PTQWrapper``'s own entry is folded into the module it wraps (the
 two compute the same tensor).
 
-Compared on the output leaves that are floating tensors; positions outside the sample's
+Limits: a wrapper's call alone is a replay with its recorded arguments; a forward that reads
+state its caller sets during the run (not passed as an argument) sees the state the run left,
+and a row whose call alone is much worse than in the model says so. Compared on the output
+leaves that are floating tensors; positions outside the sample's
 ``valid_tokens`` are dropped where a tensor is shaped like them (padding carries no meaning).
 """
 
@@ -32,6 +35,12 @@ import torch
 
 from harness import compat
 from harness.metrics import as_float
+
+
+# Errors of a wrapper and of what is upstream of it can partly cancel, but a wrapper whose call
+# alone is this much worse than the same wrapper in the model is flagged: the replay may lack
+# context its caller provides outside its arguments.
+SUSPECT_REPLAY_DB = 3.0
 
 
 @dataclass
@@ -73,6 +82,10 @@ class _Noise:
 def _float_leaves(output: Any, valid: torch.Tensor | None) -> list[torch.Tensor]:
     leaves = [leaf.detach() for leaf in compat.tree_leaves(output)
               if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.numel()]
+    return _valid(leaves, valid)
+
+
+def _valid(leaves: list[torch.Tensor], valid: torch.Tensor | None) -> list[torch.Tensor]:
     if valid is None:
         return leaves
     keep = valid.to(torch.bool)
@@ -100,7 +113,9 @@ def _record(wrappers, keep_inputs: bool):
             calls[path].append(entry)
 
         def post(mod, args, kwargs, output, path=path):
-            calls[path][-1]["output"] = output
+            # copied now: a caller may write into the tensor later (a model scatters image
+            # features into the token embeddings in place)
+            calls[path][-1]["output"] = [leaf.clone() for leaf in _float_leaves(output, None)]
 
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(module.register_forward_hook(post, with_kwargs=True))
@@ -144,8 +159,8 @@ def submodule_errors(quantized: torch.nn.Module, sample: Any) -> list[SubmoduleE
         if len(float_calls) != len(quant_calls):
             note = f"called {len(float_calls)} times in float, {len(quant_calls)} quantized"
         for f_call, q_call in zip(float_calls, quant_calls):
-            reference = _float_leaves(f_call.get("output"), valid)
-            propagated.add(reference, _float_leaves(q_call.get("output"), valid))
+            reference = _valid(f_call.get("output", []), valid)
+            propagated.add(reference, _valid(q_call.get("output", []), valid))
             args, kwargs = copy.deepcopy(f_call["inputs"])
             try:
                 with torch.no_grad():
@@ -154,11 +169,14 @@ def submodule_errors(quantized: torch.nn.Module, sample: Any) -> list[SubmoduleE
                 note = f"isolated call failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 isolated = None
                 break
-            isolated.add(reference, _float_leaves(alone, valid))
+            isolated.add(reference, _valid(_float_leaves(alone, None), valid))
         iso = isolated.sqnr_db() if isolated is not None else None
         prop = propagated.sqnr_db()
         inherited = (iso - prop if iso is not None and prop is not None and math.isfinite(iso) and math.isfinite(prop)
                      else None)
+        if inherited is not None and inherited < -SUSPECT_REPLAY_DB and not note:
+            note = (f"alone it is {-inherited:.3g} dB worse than in the model: its forward may read state its caller "
+                    f"sets during the run, which a call alone does not see")
         table.append(SubmoduleError(path=path or "<root>", wrapper=type(module).__name__, calls=len(quant_calls),
                                     isolated_sqnr_db=iso, propagated_sqnr_db=prop, inherited_db=inherited,
                                     outermost=index == 0, note=note))
@@ -166,6 +184,7 @@ def submodule_errors(quantized: torch.nn.Module, sample: Any) -> list[SubmoduleE
 
 
 def error_origin(table: list[SubmoduleError]) -> SubmoduleError | None:
-    """The wrapper inside the case whose own (isolated) error is largest: where error is made."""
-    rows = [row for row in table if not row.outermost and row.isolated_sqnr_db is not None]
+    """The wrapper inside the case whose own (isolated) error is largest: where error is made
+    (rows with a note -- a failed or suspect replay -- are not trusted for it)."""
+    rows = [row for row in table if not row.outermost and row.isolated_sqnr_db is not None and not row.note]
     return min(rows, key=lambda row: row.isolated_sqnr_db, default=None)
