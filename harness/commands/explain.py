@@ -1,6 +1,8 @@
 """``python -m harness explain <case> [--profile tiny] [--top N] [--max-sites N]``: why a case loses
 accuracy. Builds the case's pipeline, runs the leave-one-out attribution of harness/attribution.py
-(one forward per fake-quant site) and prints the ranked sites with the case's SQNR as is."""
+(one forward per fake-quant site) and prints the ranked sites with the case's SQNR as is, the
+isolated vs propagated error per wrapped submodule, and with ``--deployed`` the sites ranked by
+the Circle-vs-torch gap left with each one off (harness/deployed_attribution.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--top", type=int, default=15, help="rows to print (default 15; 0: all)")
     parser.add_argument("--max-sites", type=int, default=None,
                         help="sites to evaluate (default: the case's attribution max_sites setting)")
+    parser.add_argument("--deployed", action="store_true",
+                        help="also convert to Circle and rank the sites by the Circle-vs-torch gap left with each "
+                             "one off (harness/deployed_attribution.py)")
     return parser
 
 
@@ -75,7 +80,29 @@ def main(argv: list[str]) -> int:
         origin = error_origin(att.submodules)
         if origin is not None:
             print(f"error is made most in {origin.path} ({origin.wrapper}): {_db(origin.isolated_sqnr_db)} dB alone")
+    if args.deployed:
+        _print_deployed(pipeline, limit, tabulate)
     return 0
+
+
+def _print_deployed(pipeline, limit, tabulate) -> None:
+    from harness.deployed_attribution import deployed_attribution
+
+    print()
+    if pipeline.case.export is None:
+        print("deployed: the case declares no export, so there is no Circle model to compare with")
+        return
+    deployed = deployed_attribution(pipeline)
+    print(f"Circle ({deployed.mode} replay) vs torch QUANT on the export sample: max {deployed.max_steps:.3g} steps, "
+          f"mean {deployed.mean_steps:.3g} steps of each output's scale")
+    rows = [[s.path, f"{s.max_steps_off:.3g}", f"{s.mean_steps_off:.3g}"] for s in deployed.sites[:limit]]
+    print(tabulate(rows, headers=["site switched off in torch", "max steps left", "mean steps left"],
+                   disable_numparse=True))
+    if deployed.closing:
+        print(f"switching off any one of these alone closes the gap (<= 1 step): {', '.join(deployed.closing)} -- "
+              f"the gap runs through them: the Circle graph does not apply at least one of them as torch does")
+    elif deployed.max_steps > 1.0:
+        print("no single site closes the gap: it is not one missing or re-parameterised fake-quant")
 
 
 def _db(value: float | None) -> str:
