@@ -35,6 +35,7 @@ from harness import (
     Built,
     Case,
     CaseInputs,
+    Expected,
     ExportCapability,
     LanguageModelCapability,
     Sample,
@@ -44,6 +45,7 @@ from harness import real_weights as rw
 
 from cases import llama
 from cases._profile_limits import with_profile_limits
+from cases._shared_diagnoses import replaced_qparams
 
 PROFILE = "real_weights"
 WINDOW = 64
@@ -208,8 +210,28 @@ def build_decoder_layer_decode(layer_index: int):
 
 
 def _lm_sample(ids: torch.Tensor, mask2d: torch.Tensor) -> Sample:
-    return Sample(kwargs={"input_ids": ids, "attention_mask": mask2d, "use_cache": False},
+    """The wrapper gets the padding mask as (B, 1, S) bool keys: QuantLlamaModel adds a bool/int
+    mask to its (1, 1, S, S) causal template as it is (llama/quant_model.py:483-486), so HF's (B, S)
+    form broadcasts as a (query, key) matrix -- it raises for 1 < B != S and would mis-mask for
+    B == S; (B, 1, S) broadcasts per batch row over the queries. HF gets its own (B, S) form."""
+    return Sample(kwargs={"input_ids": ids, "attention_mask": mask2d.to(torch.bool)[:, None, :], "use_cache": False},
                   valid_tokens=mask2d.to(torch.bool))
+
+
+def _hf_lm(reference: torch.nn.Module, sample: Sample):
+    kwargs = dict(sample.kwargs)
+    kwargs["attention_mask"] = kwargs["attention_mask"][:, 0, :].long()
+    return reference(**kwargs)
+
+
+_TEMPLATE_COPIES = Expected(
+    "QuantLlamaModel registers the causal-mask and RoPE templates once for the model (llama/quant_model.py:137, "
+    "180-181) and every QuantLlamaDecoderLayer registers its own copies (llama/quant_decoder_layer.py:133, 168-173), "
+    "as does every QuantLlamaAttention its causal mask (llama/quant_attention.py:236): the same tensors are held "
+    "once more per layer",
+    problems=(r"^the wrapper tree holds \S*layers\.\d+\.wrapped\.(self_attn\.wrapped\.)?(causal_mask|rope_cos|rope_sin)"
+              r"_template, a copy of \S*model\.wrapped\.(causal_mask|rope_cos|rope_sin)_template with the same contents",),
+)
 
 
 def build_causal_lm(n_layers: int):
@@ -233,14 +255,40 @@ def build_causal_lm(n_layers: int):
 
 _TINY = {case.name: case for case in llama.CASES}
 _REAL = dict(profiles=(PROFILE,), golden_profiles=(), unavailable=rw.unavailable_reason)
+# Every accuracy field gated, so `python -m harness limits --profile real_weights` proposes each;
+# the reviewed table (cases/_limits_real_weights.py) replaces these placeholders.
+_UNMEASURED = {"quant_accuracy": {"max_mean_abs_diff": 1e6, "max_abs_diff": 1e6, "max_peir": 1e6, "min_sqnr_db": -1e6}}
+
+# tico 0.3.0 with more than one KV head (SmolLM2 has 3; every tiny Llama case has 1): the decode
+# path concatenates each head's past V slice with its new V (llama/quant_attention.py:649-652)
+# and obs_present_value fake-quantizes the result; in the Circle model the concatenation's inputs
+# keep different quantizations. Measured here, not traced to the pass that leaves them apart.
+_PRESENT_V_PER_HEAD = (r"\.obs_present_value\): torch fake-quantizes it with scale \S+ zp -?\d+, the Circle model "
+                       r"holds its inputs' quantizations unchanged, and they differ \(a concatenation does not "
+                       r"requantize\)$")
+
+
+def _with_per_head_present_v(case: Case) -> Case:
+    base = case.expected_failures["qparam_consistency"]
+    expected = Expected(base.reason + "; with 3 KV heads the present-V concatenation's inputs also keep different "
+                        "quantizations in Circle (each head's past V slice, llama/quant_attention.py:649-652; seen "
+                        "on real weights only, cause not traced)", problems=tuple(base.problems) + (_PRESENT_V_PER_HEAD,))
+    return dataclasses.replace(case, expected_failures={**case.expected_failures, "qparam_consistency": expected})
 
 
 def _derived(tiny_name: str, layer_index: int, build) -> Case:
     """The tiny case's wrapper, capabilities and expectations on one layer of the checkpoint."""
     base = _TINY[tiny_name]
-    return dataclasses.replace(base, name=f"{tiny_name}_real_l{layer_index}", build=build(layer_index),
+    settings = {**base.settings, **{k: {**base.settings.get(k, {}), **v} for k, v in _UNMEASURED.items()}}
+    case = dataclasses.replace(base, name=f"{tiny_name}_real_l{layer_index}", build=build(layer_index),
                                description=f"{tiny_name} on layer {layer_index} of SmolLM2-135M-Instruct, real text",
-                               **_REAL)
+                               settings=settings, **_REAL)
+    return _with_per_head_present_v(case) if "decode" in tiny_name and "layer" in tiny_name else case
+
+
+_KEY_FOLD = ("the default (npu_export) profile folds the attention scale into k_proj: the raw-logit and scale "
+             "observers serve the scale_fusion='none' profile only")
+_NO_CACHE = "the model case runs prefill without a cache (use_cache=False): past and new K/V observers serve decode"
 
 
 # layer 0 (first), 15 (middle), 29 (last)
@@ -259,6 +307,7 @@ CASES = [
         description="SmolLM2-135M-Instruct's first 2 layers, final norm and tied head on real text",
         requires=llama.LLAMA_REQUIRES,
         expected_wrapper="QuantLlamaForCausalLM",
+        reference_call=_hf_lm,
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("prefill", return_kv=False),
             args=lambda s: (s.kwargs["input_ids"],),
@@ -266,6 +315,18 @@ CASES = [
             unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
         ),
         language_model=LanguageModelCapability(token_ids=lambda s: s.kwargs["input_ids"]),
+        settings={**_UNMEASURED, "lm_quality": {"max_ppl_ratio": 1e6, "min_top1_agreement": 0.0,
+                                                "max_kl_divergence": 1e6}},
+        unused_observers={"*.self_attn.wrapped.obs_scale": _KEY_FOLD, "*.self_attn.wrapped.obs_logits_raw": _KEY_FOLD,
+                          "*.self_attn.wrapped.obs_past_key": _NO_CACHE, "*.self_attn.wrapped.obs_past_value": _NO_CACHE,
+                          "*.self_attn.wrapped.obs_new_k": _NO_CACHE, "*.self_attn.wrapped.obs_new_v": _NO_CACHE},
+        expected_failures={
+            "no_side_effects": _TEMPLATE_COPIES,
+            "export_contract": llama.calib_mode_adapter(
+                "QuantLlamaForCausalLM.as_export_module builds its prefill adapter in any mode, CALIB included "
+                "(llama/quant_model_for_causal_lm.py:290-299 checks only the mode name)"),
+            "qparam_consistency": replaced_qparams(embedding=True),
+        },
         **_REAL,
     ),
 ]

@@ -198,7 +198,13 @@ def layer(index: int, part: str | None = None, *, max_position_embeddings: int) 
     module = float_model(max_position_embeddings).model.layers[index]
     if part is not None:
         module = getattr(module, part)
-    return copy.deepcopy(module)
+    module = copy.deepcopy(module)
+    # Standalone, the module is called with a one-layer cache (HF's DynamicCache slot 0, as the
+    # tiny cases do): its attention must read and write slot 0, not slot ``index``.
+    for sub in module.modules():
+        if hasattr(sub, "layer_idx"):
+            sub.layer_idx = 0
+    return module
 
 
 def truncated_model(n_layers: int, *, max_position_embeddings: int):
