@@ -137,10 +137,11 @@ def _layer_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, built: B
     """The decoder-layer wrapper precomputes RoPE templates for the static window; called
     without position embeddings it feeds them to attention. Compare with HF's rotary module."""
     config = built.facts["config"]
+    window = config.max_position_embeddings  # MAX_SEQ on the tiny profile
     layer = unwrap(wrapped)
     hidden = built.inputs.evaluation["export"].args[0]
     used = first_call_kwarg(wrapped, layer.self_attn, lambda m: m(hidden), "position_embeddings")
-    reference_tables = hf_rope(config, 1, MAX_SEQ)
+    reference_tables = hf_rope(config, 1, window)
     return [
         RotaryTables("template", (layer.rope_cos_template, layer.rope_sin_template), reference_tables),
         RotaryTables("fed_to_attention", tuple(used), reference_tables),
@@ -153,15 +154,16 @@ def _layer_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
     layer = unwrap(root)
     fill = float(layer.qcfg.attention_mask_fill_value)
     hidden = built.inputs.evaluation["export"].args[0]
-    causal = torch.ones(MAX_SEQ, MAX_SEQ, dtype=torch.bool).tril()[None]
+    window = built.facts["config"].max_position_embeddings  # MAX_SEQ on the tiny profile
+    causal = torch.ones(window, window, dtype=torch.bool).tril()[None]
     own = first_call_kwarg(root, layer.self_attn, lambda m: m(hidden), "attention_mask")
-    keep = torch.ones(1, MAX_SEQ, MAX_SEQ, dtype=torch.bool)
+    keep = torch.ones(1, window, window, dtype=torch.bool)
     keep[..., -3:] = False  # the last 3 keys are padding
     padded = first_call_kwarg(root, layer.self_attn, lambda m: m(hidden, attention_mask=keep), "attention_mask")
-    valid = torch.ones(1, MAX_SEQ, dtype=torch.bool)
+    valid = torch.ones(1, window, dtype=torch.bool)
     return [
-        MaskProbe("causal_template", own.reshape(1, MAX_SEQ, MAX_SEQ), valid, fill, allowed=causal),
-        MaskProbe("causal_with_padding", padded.reshape(1, MAX_SEQ, MAX_SEQ), valid, fill, allowed=causal & keep),
+        MaskProbe("causal_template", own.reshape(1, window, window), valid, fill, allowed=causal),
+        MaskProbe("causal_with_padding", padded.reshape(1, window, window), valid, fill, allowed=causal & keep),
     ]
 
 
@@ -396,9 +398,10 @@ def _layer_decode_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, b
     the past length. What reaches attention must equal HF's rotary module at those positions
     (in the pre-negated-sin convention the profile uses)."""
     config = built.facts["config"]
+    window = config.max_position_embeddings  # MAX_SEQ on the tiny profile
     layer = unwrap(wrapped)
     tables = []
-    for label, past_len, q_len in (("decode_last_slot", MAX_SEQ - 1, 1), ("decode_pos5", 5, 1),
+    for label, past_len, q_len in (("decode_last_slot", window - 1, 1), ("decode_pos5", 5, 1),
                                    ("block_after_past8", 8, 4)):
         hidden = torch.randn(1, q_len, config.hidden_size)
         used = first_call_kwarg(wrapped, layer.self_attn, _decode_run(hidden, past_len, config),
@@ -413,23 +416,24 @@ def _layer_decode_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
     after a full past, a causal block after a past, and a bool static-cache mask whose
     unwritten slots must become FILL."""
     config = built.facts["config"]
+    window = config.max_position_embeddings  # MAX_SEQ on the tiny profile
     layer = unwrap(root)
     fill = float(layer.qcfg.attention_mask_fill_value)
     one = torch.randn(1, 1, config.hidden_size)
-    row = first_call_kwarg(root, layer.self_attn, _decode_run(one, MAX_SEQ - 1, config), "attention_mask")
+    row = first_call_kwarg(root, layer.self_attn, _decode_run(one, window - 1, config), "attention_mask")
     block = first_call_kwarg(root, layer.self_attn, _decode_run(torch.randn(1, 4, config.hidden_size), 8, config),
                              "attention_mask")
-    keep = torch.ones(1, 1, MAX_SEQ, dtype=torch.bool)
-    keep[..., 9 : MAX_SEQ - 1] = False  # 9 written slots, the new token last
-    slots = first_call_kwarg(root, layer.self_attn, _decode_run(one, MAX_SEQ - 1, config, attention_mask=keep),
+    keep = torch.ones(1, 1, window, dtype=torch.bool)
+    keep[..., 9 : window - 1] = False  # 9 written slots, the new token last
+    slots = first_call_kwarg(root, layer.self_attn, _decode_run(one, window - 1, config, attention_mask=keep),
                              "attention_mask")
     block_allowed = torch.arange(12)[None, :] <= (8 + torch.arange(4))[:, None]
     return [
-        MaskProbe("decode_causal_row", row.reshape(1, 1, MAX_SEQ), torch.ones(1, 1, dtype=torch.bool), fill,
-                  allowed=torch.ones(1, 1, MAX_SEQ, dtype=torch.bool)),
+        MaskProbe("decode_causal_row", row.reshape(1, 1, window), torch.ones(1, 1, dtype=torch.bool), fill,
+                  allowed=torch.ones(1, 1, window, dtype=torch.bool)),
         MaskProbe("block_after_past8", block.reshape(1, 4, 12), torch.ones(1, 4, dtype=torch.bool), fill,
                   allowed=block_allowed[None]),
-        MaskProbe("static_cache_bool", slots.reshape(1, 1, MAX_SEQ), torch.ones(1, 1, dtype=torch.bool), fill,
+        MaskProbe("static_cache_bool", slots.reshape(1, 1, window), torch.ones(1, 1, dtype=torch.bool), fill,
                   allowed=keep),
     ]
 

@@ -170,7 +170,9 @@ class _Recorder:
                 self.clip_known = True
             flat = xd.flatten().float()
             if flat.numel() > _MAX_VALUES:
-                flat = flat[torch.linspace(0, flat.numel() - 1, _MAX_VALUES).long()]
+                # float32 linspace rounds its last index past the end beyond 2**24 elements (a
+                # 49152 x 576 embedding table): clamped, so smaller inputs pick what they did before
+                flat = flat[torch.linspace(0, flat.numel() - 1, _MAX_VALUES).long().clamp_(max=flat.numel() - 1)]
             self.values.append(flat)
         return out
 

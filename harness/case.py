@@ -148,6 +148,15 @@ class MaskCapability:
     probes: Callable[[torch.nn.Module, Built], list[MaskProbe]]
 
 
+@dataclass(frozen=True)
+class LanguageModelCapability:
+    """The case's output is next-token logits over a vocabulary: ``token_ids(sample)`` gives the
+    (B, S) token ids the logits at each position predict the successor of (the sample's
+    ``valid_tokens`` marks real tokens; padding is neither predicted nor a target)."""
+
+    token_ids: Callable[[Sample], torch.Tensor]
+
+
 def default_ptq_config(profile: str) -> Any:
     """TICO's default PTQConfig; imported lazily so collection never needs tico."""
     from tico.quantization.config.ptq import PTQConfig
@@ -218,6 +227,11 @@ class Case:
     export: ExportCapability | None = None
     rotary: RotaryCapability | None = None
     mask: MaskCapability | None = None
+    # the output is language-model logits (switches on the model-level language-model metrics)
+    language_model: LanguageModelCapability | None = None
+    # () -> why the case cannot run here (an optional dependency beyond ``requires``, with the
+    # command that installs it), or None; looked up once per session.
+    unavailable: Callable[[], str | None] | None = None
     # check name -> why it cannot apply to this wrapper (shown as the skip reason).
     not_applicable: Mapping[str, str] = field(default_factory=dict)
     # evaluation sample -> why its quantized accuracy is measured but not gated.
@@ -263,13 +277,14 @@ class Case:
         ):
             raise CaseDefinitionError(name, "settings", "must map check names to {field: value} mappings "
                                       "(the fields are checked against each check's settings when collected)")
-        for attr in ("wrap", "prepare", "convert", "reference_call"):
+        for attr in ("wrap", "prepare", "convert", "reference_call", "unavailable"):
             if getattr(self, attr) is not None and not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable or None")
         for attr in ("ptq_config", "output"):
             if not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable")
-        for attr, kind in (("export", ExportCapability), ("rotary", RotaryCapability), ("mask", MaskCapability)):
+        for attr, kind in (("export", ExportCapability), ("rotary", RotaryCapability), ("mask", MaskCapability),
+                           ("language_model", LanguageModelCapability)):
             value = getattr(self, attr)
             if value is not None and not isinstance(value, kind):
                 raise CaseDefinitionError(name, attr, f"must be {kind.__name__} or None, got {type(value).__name__}")
@@ -322,7 +337,15 @@ class Case:
 
     def unavailable_reason(self) -> str | None:
         """Why this case cannot run in this environment, or None when it can."""
-        return _unavailable_reason(tuple(self.min_versions.items()), tuple(self.requires))
+        reason = _unavailable_reason(tuple(self.min_versions.items()), tuple(self.requires))
+        if reason is None and self.unavailable is not None:
+            reason = _probe(self.unavailable)
+        return reason
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(unavailable: Callable[[], str | None]) -> str | None:
+    return unavailable()
 
 
 @functools.lru_cache(maxsize=None)

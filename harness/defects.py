@@ -75,6 +75,30 @@ def weight_fake_quant_skipped(root, output_of) -> str | None:
     return None
 
 
+def weight_range_per_tensor(root, output_of) -> str | None:
+    """Every per-channel weight observer quantizes with the whole tensor's range (min and max over
+    all channels, as a per-tensor observer would) -- a range policy random weights hide, since
+    their channels share one range, and trained weights show: their outlier channels set the step
+    for every channel."""
+    from tico.quantization.wrapq.observers.base import ObserverBase
+
+    changed = []
+    with torch.no_grad():
+        for path, obs in root.named_modules():
+            if (not isinstance(obs, ObserverBase) or path.rsplit(".", 1)[-1] != "obs_weight"
+                    or getattr(obs, "channel_axis", None) is None or getattr(obs, "min_val", None) is None):
+                continue
+            if obs.min_val.numel() < 2 or not torch.isfinite(obs.min_val).all():
+                continue
+            obs.min_val.fill_(float(obs.min_val.min()))
+            obs.max_val.fill_(float(obs.max_val.max()))
+            locked = obs._qparams_locked
+            obs._qparams_locked = False
+            obs.load_qparams(*obs.compute_qparams(), lock=locked)
+            changed.append(path)
+    return f"{len(changed)} weight observer(s) quantize with the tensor-wide range" if changed else None
+
+
 DEFECTS: dict[str, Callable] = {
     "output_scale_2pct": output_scale_2pct,
     "output_scale_one_level": output_scale_one_level,
@@ -82,8 +106,45 @@ DEFECTS: dict[str, Callable] = {
     "weight_fake_quant_skipped": weight_fake_quant_skipped,
 }
 
+PERCENTILE_CLIP = 0.1  # percent of each tail the percentile defect drops
+
+
+def _percentile_update_stats(self, x: torch.Tensor) -> None:
+    """MinMaxObserver._update_stats with each per-tensor batch range cut to its 0.1 / 99.9
+    percentiles (kthvalue of the flattened batch); per-channel (weight) observers unchanged."""
+    from tico.quantization.wrapq.observers.minmax import channelwise_minmax
+
+    with torch.no_grad():
+        if self.channel_axis is None:
+            flat = x.detach().flatten().float()
+            k = max(1, int(flat.numel() * PERCENTILE_CLIP / 100))
+            curr_min = flat.kthvalue(k).values
+            curr_max = flat.kthvalue(max(1, flat.numel() - k + 1)).values
+        else:
+            curr_min, curr_max = channelwise_minmax(x, self.channel_axis)
+        self.min_val = torch.minimum(self.min_val, curr_min)
+        self.max_val = torch.maximum(self.max_val, curr_max)
+
+
+def activation_range_percentile(monkeypatch) -> str:
+    """Seed, before calibration, a min/max activation observer that clips outliers: every per-tensor
+    MinMaxObserver keeps the 0.1..99.9 percentile range of each calibration batch instead of its min
+    and max. Random inputs have no outliers to lose; trained models' activations (massive residual
+    dimensions, attention sinks) do. ``monkeypatch`` is pytest's (or anything with ``setattr``)."""
+    from tico.quantization.wrapq.observers.minmax import MinMaxObserver
+
+    monkeypatch.setattr(MinMaxObserver, "_update_stats", _percentile_update_stats)
+    return f"per-tensor MinMaxObserver ranges cut to the {PERCENTILE_CLIP}..{100 - PERCENTILE_CLIP} percentiles"
+
+
+# Defects that only real weights expose (tests/test_real_weights.py); kept apart from DEFECTS,
+# whose members every golden must catch (scripts/golden_noise.py).
+REAL_WEIGHT_DEFECTS: dict[str, Callable] = {
+    "weight_range_per_tensor": weight_range_per_tensor,
+}
+
 
 def apply(name: str, pipeline) -> str | None:
     """Seed defect ``name`` into ``pipeline``'s quantized tree before any output is computed."""
     sample = pipeline.sample("default")
-    return DEFECTS[name](pipeline.quantized, lambda root: pipeline.case.output(sample.call(root)))
+    return {**DEFECTS, **REAL_WEIGHT_DEFECTS}[name](pipeline.quantized, lambda root: pipeline.case.output(sample.call(root)))

@@ -83,8 +83,9 @@ def run(pipeline) -> CheckResult:
 def applies_to_profile(case, profile: str) -> str | None:
     if profile in case.golden_profiles:
         return None
-    return (f"not applicable: {case.name!r} keeps goldens for profile(s) {', '.join(case.golden_profiles)} only; "
-            f"the {profile} profile is gated by its thresholds")
+    kept = f"keeps goldens for profile(s) {', '.join(case.golden_profiles)} only" if case.golden_profiles else \
+        "keeps no goldens"
+    return f"not applicable: {case.name!r} {kept}; the {profile} profile is gated by its thresholds"
 
 
 CHECK = Check(
