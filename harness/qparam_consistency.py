@@ -347,7 +347,7 @@ def attribute_observers(applied: list[dict[str, Any]], observers: list[tuple[str
 
 def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], overwritten: list[dict[str, Any]],
                       requantized: list[dict[str, Any]] = (), redundant: list[dict[str, Any]] = (),
-                      circle_rounding: bool = True, circle_kernels: bool = True
+                      circle_rounding: bool = True, circle_kernels: bool | frozenset[str] = True
                       ) -> tuple[torch.nn.Module | None, list[str]]:
     """A private copy of ``root`` whose observers apply the qparams the Circle model holds for
     each overwritten tensor (a dropped fake-quant, or one on a data-movement op, which Circle
@@ -355,8 +355,8 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
     (``requantized_unapplied``) as Circle requantizes it, whose ``redundant`` fake-quants
     (dropped by FoldQuantOps) are off, and whose per-tensor fake-quants round as Circle's runtime
     does (``circle_fake_quant``; ``circle_rounding``) and whose ops with a Circle kernel of other
-    arithmetic compute as that kernel (``_CIRCLE_KERNELS``; ``circle_kernels``) -- the two switches
-    exist for the reproduction tests: the smallest change that
+    arithmetic compute as that kernel (``_CIRCLE_KERNELS``; ``circle_kernels``: all, none, or the
+    Circle operators named) -- the two switches exist for the reproduction tests: the smallest change that
     makes torch quantize what Circle quantizes. None, with the reasons, when an overwritten
     tensor's observer is unknown, or an observer also quantizes a tensor Circle holds as torch
     does (changing it would change that tensor too), or would need two replacements."""
@@ -393,7 +393,7 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
     for path in sorted(dropped):
         twin.get_submodule(path).fake_quant_enabled = False
     if circle_rounding:
-        _quantizes_as_circle(twin)
+        _quantizes_as_circle(twin, {record["observer"] for record in applied if record.get("observer")})
     for path, (scale, zero_point) in wanted.items():
         observer = twin.get_submodule(path)
         if scale is None:
@@ -483,12 +483,18 @@ def _circle_observer_fake_quant(observer: torch.nn.Module, x: torch.Tensor) -> t
     return circle_fake_quant(x, observer._cached_scale, observer._cached_zp, observer.dtype.qmin, observer.dtype.qmax)
 
 
-def _quantizes_as_circle(twin: torch.nn.Module) -> int:
-    """Give every per-tensor observer of ``twin`` Circle's quantize arithmetic; how many."""
+def _quantizes_as_circle(twin: torch.nn.Module, runtime_observers: set[str]) -> int:
+    """Give Circle's quantize arithmetic to every per-tensor observer of ``twin`` whose fake-quant
+    Circle's runtime applies (``runtime_observers``: those of the activation fake-quants
+    FoldQuantOps folds into qparams); how many. An observer of a constant (a weight) is left as
+    it is: tico quantizes a constant once, at conversion, with torch's own arithmetic."""
     import types
 
     count = 0
+    runtime = {id(twin.get_submodule(path)) for path in runtime_observers}
     for module in twin.modules():
+        if id(module) not in runtime:
+            continue
         scale = getattr(module, "_cached_scale", None)
         if isinstance(scale, torch.Tensor) and scale.numel() == 1 and getattr(module, "channel_axis", None) is None \
                 and hasattr(module, "fake_quant") and hasattr(module, "dtype"):
@@ -508,8 +514,47 @@ def _circle_rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: flo
     return (weight.to(torch.float64) * (source / rms)).to(hidden_states.dtype)
 
 
-# torch ops the aligned copy computes with the arithmetic of the Circle kernel they become.
-_CIRCLE_KERNELS = {"circle_custom.rms_norm.default": _circle_rms_norm}
+def _circle_mm(lhs: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """FULLY_CONNECTED as tico's Circle runtime computes it (circle/runtime/kernels/nn.py:428-429):
+    ``np.matmul(value.reshape(-1, input_size), weights.T)`` in float32, numpy's BLAS. torch's linear
+    reaches aten.mm (the input flattened to 2-D, the weight transposed, as there) and computes it
+    with torch's own GEMM kernel, which sums in another order: the results differ in the last
+    bits, and a value near a rounding boundary of the following fake-quant lands on the adjacent
+    level. ``rhs`` is the transposed weight; the product is taken as the kernel takes it."""
+    import numpy as np
+
+    weights = np.ascontiguousarray(rhs.detach().numpy().T)
+    value = np.ascontiguousarray(lhs.detach().numpy())
+    return torch.from_numpy(np.matmul(value, weights.T).astype(np.float32, copy=False))
+
+
+def _circle_addmm(bias: torch.Tensor, lhs: torch.Tensor, rhs: torch.Tensor, *, beta: float = 1,
+                  alpha: float = 1) -> torch.Tensor:
+    """FULLY_CONNECTED with a bias (circle/runtime/kernels/nn.py:428-431): the product as
+    ``_circle_mm``, then the bias added in float32 (torch's addmm accumulates it in the GEMM)."""
+    import numpy as np
+
+    if beta != 1 or alpha != 1:
+        raise RuntimeError(f"aten.addmm with beta {beta} / alpha {alpha} is no FULLY_CONNECTED")
+    product = _circle_mm(lhs, rhs).numpy()
+    return torch.from_numpy((product + bias.detach().numpy().reshape(1, -1)).astype(np.float32, copy=False))
+
+
+# torch ops the aligned copy computes with the arithmetic of the Circle kernel they become, by
+# Circle operator.
+_CIRCLE_KERNELS = {
+    "RMS_NORM": {"circle_custom.rms_norm.default": _circle_rms_norm},
+    "FULLY_CONNECTED": {"aten.mm.default": _circle_mm, "aten.addmm.default": _circle_addmm},
+}
+
+
+def _kernels(chosen: bool | frozenset[str]) -> dict[str, Any]:
+    """The torch op -> Circle kernel map for ``chosen`` (True: all, False: none, else those named)."""
+    names = set(_CIRCLE_KERNELS) if chosen is True else set() if chosen is False else set(chosen)
+    unknown = names - set(_CIRCLE_KERNELS)
+    if unknown:
+        raise ValueError(f"no Circle kernel is modelled for {sorted(unknown)}")
+    return {op: fn for name in sorted(names) for op, fn in _CIRCLE_KERNELS[name].items()}
 
 
 class _Requantizing(torch.nn.Module):
@@ -519,11 +564,11 @@ class _Requantizing(torch.nn.Module):
     number of times than the graph, or a call's value has another shape: then the calls cannot
     be matched to the nodes."""
 
-    def __init__(self, inner: torch.nn.Module, requantized: list[dict[str, Any]], kernels: bool = True):
+    def __init__(self, inner: torch.nn.Module, requantized: list[dict[str, Any]], kernels: bool | frozenset[str] = True):
         super().__init__()
         self.inner = inner
         self.requantized = requantized
-        self.kernels = _CIRCLE_KERNELS if kernels else {}
+        self.kernels = _kernels(kernels)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         by_call = {(record["op"], record["call_index"]): record for record in self.requantized}
