@@ -223,6 +223,60 @@ def _carried(node: torch.fx.Node, qparam_key: str, depth: int = 0) -> tuple[Any,
     return first
 
 
+# Ops tico's PropagateQParamForward copies qparams through, input to output (SPLIT outputs, SLICE,
+# NEG: quantization/passes/propagate_qparam_forward.py:108-142), and the data-movement ops whose
+# output inherits its input's (FoldQuantOps' _inherit_qparam_from_view_chain).
+_FORWARD_FROM_INPUT = _VALUE_PRESERVING | {"aten.neg.default", "aten.split_with_sizes.default"}
+
+
+def _input_of(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The node a value-preserving / forward-propagated node takes its qparams from, else None."""
+    if node.op != "call_function":
+        return None
+    target = _target(node)
+    if target == "getitem" and isinstance(node.args[0], torch.fx.Node):
+        return node.args[0] if _target(node.args[0]) == "aten.split_with_sizes.default" else None
+    if target in _FORWARD_FROM_INPUT and target != "aten.cat.default" and isinstance(node.args[0], torch.fx.Node):
+        return node.args[0]
+    return None
+
+
+def qparam_source(node: torch.fx.Node, scale: float, zero_point: int, by_tensor: dict[str, dict[str, Any]],
+                  qparam_key: str) -> str | None:
+    """Where the qparams (``scale``, ``zero_point``) a pass gave ``node`` come from, as a named torch
+    fake-quant: one applied (with exactly these qparams) to the value ``node`` is computed from,
+    through the SPLIT / SLICE / NEG / data-movement chain PropagateQParamForward copies along; or to
+    a concatenation ``node`` feeds, directly or through data-movement ops, as PropagateQParamBackward
+    copies (propagate_qparam_backward.py:73-81). None when they are neither: a propagation that
+    produced qparams no torch observer applied there (which aligning torch to them would absorb)."""
+    def applied_here(candidate: torch.fx.Node) -> dict[str, Any] | None:
+        record = by_tensor.get(candidate.name)
+        if record is not None and candidate is not node and math.isclose(record["scale"], scale, rel_tol=SCALE_REL_EQUAL) \
+                and record["zero_point"] == zero_point:
+            return record
+        return None
+
+    producer, depth = _input_of(node), 0
+    while producer is not None and depth < 64:
+        record = applied_here(producer)
+        if record is not None:
+            return f"{record.get('observer') or record['tensor']} (the fake-quant of {producer.name}, the value it is computed from)"
+        producer, depth = _input_of(producer), depth + 1
+    frontier, depth = [node], 0
+    while frontier and depth < 16:
+        following = []
+        for current in frontier:
+            for user in current.users:
+                if _target(user) == "aten.cat.default":
+                    record = applied_here(user)
+                    if record is not None and _same(scale, zero_point, user.meta.get(qparam_key)):
+                        return f"{record.get('observer') or record['tensor']} (the fake-quant of {user.name}, the concatenation it feeds)"
+                elif _target(user) in _VALUE_PRESERVING:
+                    following.append(user)
+        frontier, depth = following, depth + 1
+    return None
+
+
 def overwritten_qparams(applied: list[dict[str, Any]], program: Any
                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The applied fake-quants whose value the Circle model quantizes otherwise, each with the
@@ -232,6 +286,7 @@ def overwritten_qparams(applied: list[dict[str, Any]], program: Any
     from tico.serialize.quant_param import QPARAM_KEY
 
     nodes = {node.name: node for node in program.graph_module.graph.nodes}
+    by_tensor = {record["tensor"]: record for record in applied}
     found: list[dict[str, Any]] = []
     vanished: list[dict[str, Any]] = []
     for record in applied:
@@ -254,10 +309,39 @@ def overwritten_qparams(applied: list[dict[str, Any]], program: Any
         if _same(record["scale"], record["zero_point"], qparam):
             continue
         held = qparam is not None and qparam.scale is not None and len(qparam.scale) == 1
+        kept_from = source.name if source is not None and source is not node else None
+        # The qparams the tensor itself holds (for a data-movement op: what an integer backend reads
+        # its values with) and the named torch fake-quant they are; None when they are no such.
+        own = node.meta.get(QPARAM_KEY)
+        own_held = own is not None and own.scale is not None and len(own.scale) == 1
         found.append(dict(record, circle_scale=float(qparam.scale[0]) if held else None,
                           circle_zero_point=int(qparam.zero_point[0]) if held else None,
-                          circle_source=source.name if source is not None and source is not node else None))
+                          circle_source=kept_from,
+                          held_scale=float(own.scale[0]) if own_held else None,
+                          held_zero_point=int(own.zero_point[0]) if own_held else None,
+                          qparam_source=(None if not own_held
+                                         else f"{record.get('observer') or record['tensor']} (its own fake-quant: "
+                                              f"the tensor keeps them, its value its input's quantization)"
+                                         if _same(record["scale"], record["zero_point"], own)
+                                         else qparam_source(node, float(own.scale[0]), int(own.zero_point[0]),
+                                                            by_tensor, QPARAM_KEY))))
     return found, vanished
+
+
+def unpinned(record: dict[str, Any]) -> bool:
+    """An overwritten record whose tensor holds qparams a pass gave it (the replacement the aligned
+    copy applies, or, for a data-movement op, the quantization its value is declared to carry)
+    that are no named torch fake-quant's (``qparam_source``)."""
+    return (record.get("held_scale") is not None and not record.get("circle_mixed")
+            and not record.get("circle_per_channel") and not record.get("qparam_source"))
+
+
+def describe_unpinned(record: dict[str, Any]) -> str:
+    return (f"tensor {record['tensor']} ({record['line']}, {record.get('observer') or 'observer not identified'}): "
+            f"the Circle model holds scale {record['held_scale']:.6g} zp {record['held_zero_point']}, the qparams "
+            f"of no fake-quant torch applied to the value it is computed from or to a concatenation it feeds "
+            f"(replaced by {record.get('overwritten_by') or 'a later conversion step'}): a propagation of qparams no "
+            f"observer chose, which aligning torch to them would absorb")
 
 
 def describe(record: dict[str, Any]) -> str:
@@ -373,6 +457,10 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
         if wanted.setdefault(record["observer"], target) != target:
             why.append(f"observer {record['observer']} would need two replacements ({wanted[record['observer']]} "
                        f"and {target})")
+    # Only a replacement whose qparams are those of a named torch fake-quant is applied (qparam_source).
+    why += [f"tensor {record['tensor']}: Circle holds scale {record['held_scale']:.6g} zp "
+            f"{record['held_zero_point']}, the qparams of no fake-quant torch applied to its input or to a "
+            f"concatenation it feeds" for record in overwritten if unpinned(record)]
     # Only a requantization whose qparams come from where the diagnosis says (the concatenation
     # it feeds, PropagateQParamBackward) is modelled; any other would be absorbed unexplained.
     why += [f"tensor {record['tensor']} ({record['op']}): Circle requantizes it with scale {record['scale']:.6g} zp "
@@ -423,6 +511,7 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
     from tico.serialize.quant_param import QPARAM_KEY
 
     carriers = {record["tensor"] for record in applied}
+    by_tensor = {record["tensor"]: record for record in applied}
     found = []
     counts: dict[str, int] = {}
     nodes = list(program.graph_module.graph.nodes)
@@ -441,9 +530,12 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
         if qmin is None:
             continue
         value = node.meta.get("val")
-        # Where the qparams come from: the concatenation it feeds, as PropagateQParamBackward copies them.
+        # Where the qparams come from: the concatenation it feeds, as PropagateQParamBackward copies them,
+        # and only where they are what torch's fake-quant of that concatenation applied.
         origin = next((user.name for user in node.users if _target(user) == "aten.cat.default"
-                       and _same(float(qparam.scale[0]), int(qparam.zero_point[0]), user.meta.get(QPARAM_KEY))), None)
+                       and _same(float(qparam.scale[0]), int(qparam.zero_point[0]), user.meta.get(QPARAM_KEY))
+                       and user.name in by_tensor
+                       and _same(by_tensor[user.name]["scale"], by_tensor[user.name]["zero_point"], qparam)), None)
         found.append({"tensor": node.name, "op": target, "call_index": index, "qparam_from": origin,
                       "scale": float(qparam.scale[0]),
                       "zero_point": int(qparam.zero_point[0]), "qmin": qmin, "qmax": qmax,

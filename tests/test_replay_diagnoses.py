@@ -14,7 +14,7 @@ from cases.llama import CASES as LLAMA_CASES
 from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
 from harness.pipeline import Pipeline
 from harness.qparam_consistency import aligned_to_circle, circle_fake_quant
-from tests.helpers import _CLEAN, problems_text, run_check, run_clean_check
+from tests.helpers import _CLEAN, CHECKS, problems_text, run_check, run_clean_check
 from tests.pass_defects import serialize_zero_points_off_by_one
 
 LLAMA_PREFILL = next(case for case in LLAMA_CASES if case.name == "llama_attention_prefill")
@@ -196,3 +196,73 @@ def test_weights_keep_torch_rounding_in_the_aligned_copy_gemma4_model():
     # the aligned copy applies the runtime's rounding to no weight observer
     audit = pipeline.circle.audit
     assert not any(record["observer"].endswith("obs_weight") for record in audit.applied)
+
+
+def _sources(case) -> dict[str, str]:
+    """observer (last name) -> the observer whose qparams its tensor holds in Circle (last name)."""
+    return {r["observer"].rsplit(".", 1)[-1]: r["qparam_source"].split(" ")[0].rsplit(".", 1)[-1]
+            for r in _CLEAN.get(case, "tiny").circle.audit.overwritten if r.get("qparam_source")}
+
+
+def test_every_replacement_the_alignment_applies_is_pinned_to_a_named_fake_quant():
+    """Clean tico: each tensor whose qparams a pass replaced holds the qparams of a named torch
+    fake-quant -- the value it is computed from (PropagateQParamForward: SPLIT / SLICE / NEG take
+    their input's) or the concatenation it feeds (PropagateQParamBackward) -- and each NEG the copy
+    requantizes holds what torch's fake-quant of its concatenation applied."""
+    for case in (LLAMA_PREFILL, LLAMA_DECODE):
+        audit = _CLEAN.get(case, "tiny").circle.audit
+        held = [r for r in audit.overwritten if r.get("held_scale") is not None and not r.get("circle_mixed")]
+        assert held, case.name
+        assert all(r.get("qparam_source") for r in held), [r["tensor"] for r in held if not r.get("qparam_source")]
+        assert audit.requantized and all(r.get("qparam_from") for r in audit.requantized)
+    assert _sources(LLAMA_PREFILL)["obs_q_x2"] == "obs_act_out"      # q_proj's output: the split's input
+    assert _sources(LLAMA_PREFILL)["obs_q_x1"] == "obs_q_cat"        # x1 feeds the concatenation directly
+    assert _sources(LLAMA_DECODE)["obs_k_rot"] == "obs_present_key"  # the present K it is concatenated into
+
+
+def test_a_split_output_given_qparams_of_no_observer_is_named(monkeypatch):
+    """Seeded propagation defect: PropagateQParamForward gives one SPLIT output (the rotate-half's
+    second half, x2, which feeds the NEG; x1's qparams PropagateQParamBackward overwrites anyway)
+    its input's qparams with the scale doubled -- qparams no torch observer applied anywhere.
+    Aligning torch to them would absorb the defect; qparam_consistency names the tensor (beyond
+    the precise expectation) and circle_replay refuses the alignment and fails as exported."""
+    import copy
+    import operator
+
+    from tico.quantization.passes import propagate_qparam_forward as forward
+    from tico.serialize.quant_param import QPARAM_KEY
+
+    original = forward.PropagateQParamForward.call
+
+    def widening(self, exported_program):
+        outcome = original(self, exported_program)
+        for node in exported_program.graph_module.graph.nodes:
+            source = node.args[0] if node.target is operator.getitem and node.args else None
+            if isinstance(source, torch.fx.Node) and source.target == torch.ops.aten.split_with_sizes.default \
+                    and node.args[1] == 1 and QPARAM_KEY in node.meta:
+                qparam = copy.deepcopy(node.meta[QPARAM_KEY])
+                qparam.scale = [s * 2 for s in qparam.scale]
+                node.meta[QPARAM_KEY] = qparam
+                break
+        return outcome
+
+    monkeypatch.setattr(forward.PropagateQParamForward, "call", widening)
+    from harness.checks.qparam_consistency import CHECK
+    from harness.expectations import judge
+
+    pipeline = Pipeline(LLAMA_PREFILL, "tiny")
+    result = CHECK.run(pipeline)
+    lines = [line for line in result.problems if "the qparams of no fake-quant torch applied" in line]
+    assert len(lines) == 1 and "replaced by PropagateQParamForward" in lines[0], result.problems
+    assert not judge(LLAMA_PREFILL.expected_failures["qparam_consistency"], result.problems).expected
+    replay = CHECKS["circle_replay"].run(pipeline)
+    assert not replay.passed
+    assert any("torch could not be aligned" in note and "no fake-quant torch applied" in note for note in replay.notes), \
+        replay.notes
+
+
+def test_clean_tico_pins_every_replacement_of_every_diagnosed_case():
+    """The check behind the seeded defect stays green on clean tico (no unpinned line)."""
+    for case in (LLAMA_PREFILL, LLAMA_DECODE, QWEN_TEXT_MODEL):
+        result = run_clean_check(case, "qparam_consistency")
+        assert not [line for line in result.problems if "the qparams of no fake-quant torch applied" in line], case.name
