@@ -97,7 +97,14 @@ def applied_qparams(graph: torch.fx.Graph, with_redundant: bool = False) -> list
             carrier = q.name
         if redundant and not with_redundant:
             continue
-        records.append({"ordinal": ordinal, "redundant": redundant, "traced_index": _traced_index(q), "tensor": carrier, "scale": scale, "zero_point": zero_point, "qmin": qmin, "qmax": qmax,
+        # FoldQuantOps puts these qparams on the producer itself (fold_quant_ops.py:206-213), so in
+        # Circle every other user of the value reads it quantized; in torch the users that are not
+        # this fake-quant read it in float (e.g. a residual beside its norm's input observer).
+        float_users = [] if carrier != producer.name else sorted(
+            user.name for user in producer.users
+            if user is not q and not (user.op == "call_function" and user.target == q_target))
+        records.append({"ordinal": ordinal, "redundant": redundant, "traced_index": _traced_index(q), "tensor": carrier,
+                        "float_users": float_users, "scale": scale, "zero_point": zero_point, "qmin": qmin, "qmax": qmax,
                         "module": _module_path(q),
                         "line": _wrapper_line(producer.meta.get("stack_trace") or q.meta.get("stack_trace"))})
     return records
@@ -431,8 +438,8 @@ def attribute_observers(applied: list[dict[str, Any]], observers: list[tuple[str
 
 def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], overwritten: list[dict[str, Any]],
                       requantized: list[dict[str, Any]] = (), redundant: list[dict[str, Any]] = (),
-                      circle_rounding: bool = True, circle_kernels: bool | frozenset[str] = True
-                      ) -> tuple[torch.nn.Module | None, list[str]]:
+                      circle_rounding: bool = True, circle_kernels: bool | frozenset[str] = True,
+                      inputs: list | None = None) -> tuple[torch.nn.Module | None, list[str]]:
     """A private copy of ``root`` whose observers apply the qparams the Circle model holds for
     each overwritten tensor (a dropped fake-quant, or one on a data-movement op, which Circle
     never requantizes, is switched off), and which fake-quantizes each ``requantized`` value
@@ -443,7 +450,10 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
     Circle operators named) -- the two switches exist for the reproduction tests: the smallest change that
     makes torch quantize what Circle quantizes. None, with the reasons, when an overwritten
     tensor's observer is unknown, or an observer also quantizes a tensor Circle holds as torch
-    does (changing it would change that tensor too), or would need two replacements."""
+    does (changing it would change that tensor too), or would need two replacements. ``inputs``
+    (the Circle inputs' quantization, ``CircleArtifact.input_quantization``): each quantized graph
+    input is fake-quantized on entry, as Circle's runtime does (circle/runtime/executor.py:236-237),
+    so every user of it reads it quantized, not only its observer."""
     why = [f"tensor {record['tensor']}: its observer is not known" for record in overwritten
            if not record.get("observer")]
     changed = {(record["ordinal"]) for record in overwritten}
@@ -464,7 +474,9 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
     # Only a requantization whose qparams come from where the diagnosis says (the concatenation
     # it feeds, PropagateQParamBackward) is modelled; any other would be absorbed unexplained.
     why += [f"tensor {record['tensor']} ({record['op']}): Circle requantizes it with scale {record['scale']:.6g} zp "
-            f"{record['zero_point']}, qparams of no concatenation it feeds (not what the diagnosis explains)"
+            f"{record['zero_point']}, " + ("qparams of no fake-quant torch applied to it" if record.get("shared_with")
+                                           is not None else "qparams of no concatenation it feeds")
+            + " (not what the diagnosis explains)"
             for record in requantized if not record.get("qparam_from")]
     for record in applied:
         if record["ordinal"] not in changed and record.get("observer") in wanted:
@@ -489,7 +501,7 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
             continue
         observer._cached_scale = torch.full_like(observer._cached_scale, scale)
         observer._cached_zp = torch.full_like(observer._cached_zp, zero_point)
-    return _Requantizing(twin, list(requantized), circle_kernels), []
+    return _Requantizing(twin, list(requantized), circle_kernels, inputs, circle_rounding), []
 
 
 # Elementwise aten ops whose Circle kernel requantizes its output to the qparams its tensor holds
@@ -514,15 +526,20 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
     by_tensor = {record["tensor"]: record for record in applied}
     found = []
     counts: dict[str, int] = {}
+    call_index: dict[str, int] = {}
     nodes = list(program.graph_module.graph.nodes)
+    for node in nodes:
+        if node.op == "call_function":
+            target = _target(node)
+            call_index[node.name] = counts.get(target, 0)
+            counts[target] = call_index[node.name] + 1
     for node in nodes:
         if node.op != "call_function":
             continue
         target = _target(node)
         if target not in _REQUANTIZING_UNARY:
             continue
-        index = counts.get(target, 0)
-        counts[target] = index + 1
+        index = call_index[node.name]
         qparam = node.meta.get(QPARAM_KEY)
         if node.name in carriers or qparam is None or qparam.scale is None or len(qparam.scale) != 1:
             continue
@@ -541,12 +558,40 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
                       "zero_point": int(qparam.zero_point[0]), "qmin": qmin, "qmax": qmax,
                       "shape": tuple(value.shape) if isinstance(value, torch.Tensor) else None,
                       "line": _wrapper_line(node.meta.get("stack_trace")), "module": _module_path(node)})
+    # A value torch fake-quantizes for one user only, which FoldQuantOps quantized for all of them
+    # (``float_users``): Circle's operator requantizes its output (executor.py:349-364), and every
+    # user reads that. Its qparams must be the ones that fake-quant applied.
+    nodes_by_name = {node.name: node for node in nodes}
+    for record in applied:
+        node = nodes_by_name.get(record["tensor"])
+        if not record.get("float_users") or record.get("redundant") or node is None or node.op != "call_function":
+            continue
+        qparam = node.meta.get(QPARAM_KEY)
+        if qparam is None or qparam.scale is None or len(qparam.scale) != 1:
+            continue
+        qmin, qmax = _QRANGE.get(str(qparam.dtype), (None, None))
+        if qmin is None:
+            continue
+        value = node.meta.get("val")
+        origin = record.get("observer") or record["tensor"] if _same(record["scale"], record["zero_point"], qparam) else None
+        found.append({"tensor": node.name, "op": _target(node), "call_index": call_index[node.name], "qparam_from": origin,
+                      "shared_with": record["float_users"], "observer": record.get("observer"),
+                      "scale": float(qparam.scale[0]), "zero_point": int(qparam.zero_point[0]), "qmin": qmin, "qmax": qmax,
+                      "shape": tuple(value.shape) if isinstance(value, torch.Tensor) else None,
+                      "line": _wrapper_line(node.meta.get("stack_trace")), "module": _module_path(node)})
     for record in found:  # how many calls of the op the graph makes: the eager run must make as many
         record["calls"] = counts[record["op"]]
     return found
 
 
 def describe_requantized(record: dict[str, Any]) -> str:
+    if record.get("shared_with") is not None:
+        origin = (f"the qparams of {record['qparam_from']}, which FoldQuantOps folded onto it" if record.get("qparam_from")
+                  else "qparams of no fake-quant torch applied to it")
+        return (f"tensor {record['tensor']} ({record['line']}, {record['op']}): torch fake-quantizes it only where "
+                f"{record.get('observer') or 'one observer'} reads it and {', '.join(record['shared_with'])} read(s) "
+                f"it in float; the Circle model quantizes it for every user with scale {record['scale']:.6g} zp "
+                f"{record['zero_point']} ({origin})")
     origin = (f"the qparams of the concatenation {record['qparam_from']} it feeds" if record.get("qparam_from")
               else "qparams of no concatenation it feeds")
     return (f"tensor {record['tensor']} ({record['line']}, {record['op']}): torch applies no fake-quant, the "
@@ -569,10 +614,19 @@ def circle_fake_quant(x: torch.Tensor, scale: float | torch.Tensor, zero_point: 
     return ((torch.clamp(rounded + zero_point, qmin, qmax) - zero_point) * scale).to(x.dtype)
 
 
+# > 0 while an observer of the aligned copy fake-quantizes: the ops it dispatches are no graph op.
+_IN_FAKE_QUANT = [0]
+
+
 def _circle_observer_fake_quant(observer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     if not observer.fake_quant_enabled:
         return x
-    return circle_fake_quant(x, observer._cached_scale, observer._cached_zp, observer.dtype.qmin, observer.dtype.qmax)
+    _IN_FAKE_QUANT[0] += 1
+    try:
+        return circle_fake_quant(x, observer._cached_scale, observer._cached_zp, observer.dtype.qmin,
+                                 observer.dtype.qmax)
+    finally:
+        _IN_FAKE_QUANT[0] -= 1
 
 
 def _quantizes_as_circle(twin: torch.nn.Module, runtime_observers: set[str]) -> int:
@@ -656,11 +710,38 @@ class _Requantizing(torch.nn.Module):
     number of times than the graph, or a call's value has another shape: then the calls cannot
     be matched to the nodes."""
 
-    def __init__(self, inner: torch.nn.Module, requantized: list[dict[str, Any]], kernels: bool | frozenset[str] = True):
+    def __init__(self, inner: torch.nn.Module, requantized: list[dict[str, Any]], kernels: bool | frozenset[str] = True,
+                 inputs: list | None = None, rounding: bool = True):
         super().__init__()
         self.inner = inner
         self.requantized = requantized
         self.kernels = _kernels(kernels)
+        self.inputs = list(inputs or [])
+        self.rounding = rounding
+
+    def _quantized_inputs(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The call's tensor leaves (the Circle inputs, in order) fake-quantized with the qparams the
+        Circle input holds, as the runtime quantizes a quantized graph input on entry."""
+        import numpy as np
+
+        if not self.inputs:
+            return args, kwargs
+        leaves, spec = compat.tree_flatten((args, kwargs))
+        position = 0
+        for index, leaf in enumerate(leaves):
+            if not isinstance(leaf, torch.Tensor):
+                continue
+            quant = self.inputs[position] if position < len(self.inputs) else None
+            position += 1
+            if quant is None or len(quant[0]) != 1:
+                continue
+            info = np.iinfo(np.dtype(quant[2]))
+            if self.rounding:
+                leaves[index] = circle_fake_quant(leaf, quant[0][0], quant[1][0], int(info.min), int(info.max))
+            else:  # torch's arithmetic, for the reproduction of the rounding diagnosis
+                leaves[index] = torch.fake_quantize_per_tensor_affine(leaf, float(quant[0][0]), int(quant[1][0]),
+                                                                      int(info.min), int(info.max))
+        return compat.tree_unflatten(leaves, spec)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         by_call = {(record["op"], record["call_index"]): record for record in self.requantized}
@@ -671,6 +752,8 @@ class _Requantizing(torch.nn.Module):
         class Mode(compat.torch_dispatch_mode()):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 name = str(func)
+                if _IN_FAKE_QUANT[0]:
+                    return func(*args, **(kwargs or {}))
                 if name in kernels:
                     return kernels[name](*args, **(kwargs or {}))
                 out = func(*args, **(kwargs or {}))
@@ -687,6 +770,7 @@ class _Requantizing(torch.nn.Module):
                                        f"{record['tensor']} {record['shape']}")
                 return circle_fake_quant(out, record["scale"], record["zero_point"], record["qmin"], record["qmax"])
 
+        args, kwargs = self._quantized_inputs(args, kwargs)
         with Mode():
             outcome = self.inner(*args, **kwargs)
         if seen != expected:
