@@ -87,13 +87,32 @@ EMBEDDING_GATHER_REASON = (
 )
 
 
+# QuantLlamaDecoderLayer: the attention residual sum has no fake-quant of its own; the norm's input observer
+# quantizes it for the norm only, and FoldQuantOps puts those qparams on the ADD, so Circle's last ADD reads it
+# quantized.
+LLAMA_RESIDUAL_PATTERN = (r"^tensor add(_\d+)? \(tico/quantization/wrapq/wrappers/llama/quant_decoder_layer\.py:359, "
+                          r"aten\.add\.Tensor\): torch fake-quantizes it only where (\S+\.)?post_attention_layernorm\."
+                          r"wrapped\.obs_act_in reads it and add(_\d+)? read\(s\) it in float; the Circle model quantizes "
+                          r"it for every user with scale \S+ zp -?\d+ \(the qparams of (\S+\.)?post_attention_layernorm\."
+                          r"wrapped\.obs_act_in, which FoldQuantOps folded onto it\)$")
+LLAMA_RESIDUAL_REASON = (
+    "QuantLlamaDecoderLayer adds the attention output to the residual with no fake-quant of the sum "
+    "(llama/quant_decoder_layer.py:359; the MLP residual sum has one, obs_mlp_residual_out, :364) and feeds the sum "
+    "to post_attention_layernorm, whose input observer quantizes it for the norm only; FoldQuantOps attaches those "
+    "qparams to the ADD itself (quantization/passes/fold_quant_ops.py:206-213, 'dq.replace_all_uses_with(op)'), so "
+    "in Circle the MLP residual ADD reads the sum quantized where torch adds it in float: a tensor has one "
+    "quantization in the deployed model, and the wrapper's simulation leaves this one out"
+)
+
+
 def replaced_qparams(rotate_half: bool = True, kv_present: bool = False, conv3d_slices: bool = False,
-                     embedding: bool = False) -> Expected:
+                     embedding: bool = False, llama_residual: bool = False) -> Expected:
     """The qparam_consistency expectation for the replacements a case's wrappers diagnose."""
     rotate = f"({ROTATE_HALF_PATTERN})|({ROTATE_HALF_CAT_PATTERN})|({ROTATE_HALF_NEG_PATTERN})"
     parts = [(rotate_half, ROTATE_HALF_REASON, rotate), (kv_present, KV_PRESENT_REASON, KV_PRESENT_PATTERN),
              (conv3d_slices, CONV3D_SLICES_REASON, CONV3D_SLICES_PATTERN),
-             (embedding, EMBEDDING_GATHER_REASON, EMBEDDING_GATHER_PATTERN)]
+             (embedding, EMBEDDING_GATHER_REASON, EMBEDDING_GATHER_PATTERN),
+             (llama_residual, LLAMA_RESIDUAL_REASON, LLAMA_RESIDUAL_PATTERN)]
     chosen = [(reason, pattern) for wanted, reason, pattern in parts if wanted]
     return Expected("; ".join(reason for reason, _ in chosen), problems=tuple(pattern for _, pattern in chosen))
 

@@ -97,7 +97,14 @@ def applied_qparams(graph: torch.fx.Graph, with_redundant: bool = False) -> list
             carrier = q.name
         if redundant and not with_redundant:
             continue
-        records.append({"ordinal": ordinal, "redundant": redundant, "traced_index": _traced_index(q), "tensor": carrier, "scale": scale, "zero_point": zero_point, "qmin": qmin, "qmax": qmax,
+        # FoldQuantOps puts these qparams on the producer itself (fold_quant_ops.py:206-213), so in
+        # Circle every other user of the value reads it quantized; in torch the users that are not
+        # this fake-quant read it in float (e.g. a residual beside its norm's input observer).
+        float_users = [] if carrier != producer.name else sorted(
+            user.name for user in producer.users
+            if user is not q and not (user.op == "call_function" and user.target == q_target))
+        records.append({"ordinal": ordinal, "redundant": redundant, "traced_index": _traced_index(q), "tensor": carrier,
+                        "float_users": float_users, "scale": scale, "zero_point": zero_point, "qmin": qmin, "qmax": qmax,
                         "module": _module_path(q),
                         "line": _wrapper_line(producer.meta.get("stack_trace") or q.meta.get("stack_trace"))})
     return records
@@ -223,6 +230,60 @@ def _carried(node: torch.fx.Node, qparam_key: str, depth: int = 0) -> tuple[Any,
     return first
 
 
+# Ops tico's PropagateQParamForward copies qparams through, input to output (SPLIT outputs, SLICE,
+# NEG: quantization/passes/propagate_qparam_forward.py:108-142), and the data-movement ops whose
+# output inherits its input's (FoldQuantOps' _inherit_qparam_from_view_chain).
+_FORWARD_FROM_INPUT = _VALUE_PRESERVING | {"aten.neg.default", "aten.split_with_sizes.default"}
+
+
+def _input_of(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The node a value-preserving / forward-propagated node takes its qparams from, else None."""
+    if node.op != "call_function":
+        return None
+    target = _target(node)
+    if target == "getitem" and isinstance(node.args[0], torch.fx.Node):
+        return node.args[0] if _target(node.args[0]) == "aten.split_with_sizes.default" else None
+    if target in _FORWARD_FROM_INPUT and target != "aten.cat.default" and isinstance(node.args[0], torch.fx.Node):
+        return node.args[0]
+    return None
+
+
+def qparam_source(node: torch.fx.Node, scale: float, zero_point: int, by_tensor: dict[str, dict[str, Any]],
+                  qparam_key: str) -> str | None:
+    """Where the qparams (``scale``, ``zero_point``) a pass gave ``node`` come from, as a named torch
+    fake-quant: one applied (with exactly these qparams) to the value ``node`` is computed from,
+    through the SPLIT / SLICE / NEG / data-movement chain PropagateQParamForward copies along; or to
+    a concatenation ``node`` feeds, directly or through data-movement ops, as PropagateQParamBackward
+    copies (propagate_qparam_backward.py:73-81). None when they are neither: a propagation that
+    produced qparams no torch observer applied there (which aligning torch to them would absorb)."""
+    def applied_here(candidate: torch.fx.Node) -> dict[str, Any] | None:
+        record = by_tensor.get(candidate.name)
+        if record is not None and candidate is not node and math.isclose(record["scale"], scale, rel_tol=SCALE_REL_EQUAL) \
+                and record["zero_point"] == zero_point:
+            return record
+        return None
+
+    producer, depth = _input_of(node), 0
+    while producer is not None and depth < 64:
+        record = applied_here(producer)
+        if record is not None:
+            return f"{record.get('observer') or record['tensor']} (the fake-quant of {producer.name}, the value it is computed from)"
+        producer, depth = _input_of(producer), depth + 1
+    frontier, depth = [node], 0
+    while frontier and depth < 16:
+        following = []
+        for current in frontier:
+            for user in current.users:
+                if _target(user) == "aten.cat.default":
+                    record = applied_here(user)
+                    if record is not None and _same(scale, zero_point, user.meta.get(qparam_key)):
+                        return f"{record.get('observer') or record['tensor']} (the fake-quant of {user.name}, the concatenation it feeds)"
+                elif _target(user) in _VALUE_PRESERVING:
+                    following.append(user)
+        frontier, depth = following, depth + 1
+    return None
+
+
 def overwritten_qparams(applied: list[dict[str, Any]], program: Any
                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The applied fake-quants whose value the Circle model quantizes otherwise, each with the
@@ -232,6 +293,7 @@ def overwritten_qparams(applied: list[dict[str, Any]], program: Any
     from tico.serialize.quant_param import QPARAM_KEY
 
     nodes = {node.name: node for node in program.graph_module.graph.nodes}
+    by_tensor = {record["tensor"]: record for record in applied}
     found: list[dict[str, Any]] = []
     vanished: list[dict[str, Any]] = []
     for record in applied:
@@ -254,10 +316,39 @@ def overwritten_qparams(applied: list[dict[str, Any]], program: Any
         if _same(record["scale"], record["zero_point"], qparam):
             continue
         held = qparam is not None and qparam.scale is not None and len(qparam.scale) == 1
+        kept_from = source.name if source is not None and source is not node else None
+        # The qparams the tensor itself holds (for a data-movement op: what an integer backend reads
+        # its values with) and the named torch fake-quant they are; None when they are no such.
+        own = node.meta.get(QPARAM_KEY)
+        own_held = own is not None and own.scale is not None and len(own.scale) == 1
         found.append(dict(record, circle_scale=float(qparam.scale[0]) if held else None,
                           circle_zero_point=int(qparam.zero_point[0]) if held else None,
-                          circle_source=source.name if source is not None and source is not node else None))
+                          circle_source=kept_from,
+                          held_scale=float(own.scale[0]) if own_held else None,
+                          held_zero_point=int(own.zero_point[0]) if own_held else None,
+                          qparam_source=(None if not own_held
+                                         else f"{record.get('observer') or record['tensor']} (its own fake-quant: "
+                                              f"the tensor keeps them, its value its input's quantization)"
+                                         if _same(record["scale"], record["zero_point"], own)
+                                         else qparam_source(node, float(own.scale[0]), int(own.zero_point[0]),
+                                                            by_tensor, QPARAM_KEY))))
     return found, vanished
+
+
+def unpinned(record: dict[str, Any]) -> bool:
+    """An overwritten record whose tensor holds qparams a pass gave it (the replacement the aligned
+    copy applies, or, for a data-movement op, the quantization its value is declared to carry)
+    that are no named torch fake-quant's (``qparam_source``)."""
+    return (record.get("held_scale") is not None and not record.get("circle_mixed")
+            and not record.get("circle_per_channel") and not record.get("qparam_source"))
+
+
+def describe_unpinned(record: dict[str, Any]) -> str:
+    return (f"tensor {record['tensor']} ({record['line']}, {record.get('observer') or 'observer not identified'}): "
+            f"the Circle model holds scale {record['held_scale']:.6g} zp {record['held_zero_point']}, the qparams "
+            f"of no fake-quant torch applied to the value it is computed from or to a concatenation it feeds "
+            f"(replaced by {record.get('overwritten_by') or 'a later conversion step'}): a propagation of qparams no "
+            f"observer chose, which aligning torch to them would absorb")
 
 
 def describe(record: dict[str, Any]) -> str:
@@ -347,19 +438,22 @@ def attribute_observers(applied: list[dict[str, Any]], observers: list[tuple[str
 
 def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], overwritten: list[dict[str, Any]],
                       requantized: list[dict[str, Any]] = (), redundant: list[dict[str, Any]] = (),
-                      circle_rounding: bool = True, circle_kernels: bool = True
-                      ) -> tuple[torch.nn.Module | None, list[str]]:
+                      circle_rounding: bool = True, circle_kernels: bool | frozenset[str] = True,
+                      inputs: list | None = None) -> tuple[torch.nn.Module | None, list[str]]:
     """A private copy of ``root`` whose observers apply the qparams the Circle model holds for
     each overwritten tensor (a dropped fake-quant, or one on a data-movement op, which Circle
     never requantizes, is switched off), and which fake-quantizes each ``requantized`` value
     (``requantized_unapplied``) as Circle requantizes it, whose ``redundant`` fake-quants
     (dropped by FoldQuantOps) are off, and whose per-tensor fake-quants round as Circle's runtime
     does (``circle_fake_quant``; ``circle_rounding``) and whose ops with a Circle kernel of other
-    arithmetic compute as that kernel (``_CIRCLE_KERNELS``; ``circle_kernels``) -- the two switches
-    exist for the reproduction tests: the smallest change that
+    arithmetic compute as that kernel (``_CIRCLE_KERNELS``; ``circle_kernels``: all, none, or the
+    Circle operators named) -- the two switches exist for the reproduction tests: the smallest change that
     makes torch quantize what Circle quantizes. None, with the reasons, when an overwritten
     tensor's observer is unknown, or an observer also quantizes a tensor Circle holds as torch
-    does (changing it would change that tensor too), or would need two replacements."""
+    does (changing it would change that tensor too), or would need two replacements. ``inputs``
+    (the Circle inputs' quantization, ``CircleArtifact.input_quantization``): each quantized graph
+    input is fake-quantized on entry, as Circle's runtime does (circle/runtime/executor.py:236-237),
+    so every user of it reads it quantized, not only its observer."""
     why = [f"tensor {record['tensor']}: its observer is not known" for record in overwritten
            if not record.get("observer")]
     changed = {(record["ordinal"]) for record in overwritten}
@@ -373,10 +467,16 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
         if wanted.setdefault(record["observer"], target) != target:
             why.append(f"observer {record['observer']} would need two replacements ({wanted[record['observer']]} "
                        f"and {target})")
+    # Only a replacement whose qparams are those of a named torch fake-quant is applied (qparam_source).
+    why += [f"tensor {record['tensor']}: Circle holds scale {record['held_scale']:.6g} zp "
+            f"{record['held_zero_point']}, the qparams of no fake-quant torch applied to its input or to a "
+            f"concatenation it feeds" for record in overwritten if unpinned(record)]
     # Only a requantization whose qparams come from where the diagnosis says (the concatenation
     # it feeds, PropagateQParamBackward) is modelled; any other would be absorbed unexplained.
     why += [f"tensor {record['tensor']} ({record['op']}): Circle requantizes it with scale {record['scale']:.6g} zp "
-            f"{record['zero_point']}, qparams of no concatenation it feeds (not what the diagnosis explains)"
+            f"{record['zero_point']}, " + ("qparams of no fake-quant torch applied to it" if record.get("shared_with")
+                                           is not None else "qparams of no concatenation it feeds")
+            + " (not what the diagnosis explains)"
             for record in requantized if not record.get("qparam_from")]
     for record in applied:
         if record["ordinal"] not in changed and record.get("observer") in wanted:
@@ -393,7 +493,7 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
     for path in sorted(dropped):
         twin.get_submodule(path).fake_quant_enabled = False
     if circle_rounding:
-        _quantizes_as_circle(twin)
+        _quantizes_as_circle(twin, {record["observer"] for record in applied if record.get("observer")})
     for path, (scale, zero_point) in wanted.items():
         observer = twin.get_submodule(path)
         if scale is None:
@@ -401,7 +501,7 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
             continue
         observer._cached_scale = torch.full_like(observer._cached_scale, scale)
         observer._cached_zp = torch.full_like(observer._cached_zp, zero_point)
-    return _Requantizing(twin, list(requantized), circle_kernels), []
+    return _Requantizing(twin, list(requantized), circle_kernels, inputs, circle_rounding), []
 
 
 # Elementwise aten ops whose Circle kernel requantizes its output to the qparams its tensor holds
@@ -423,17 +523,23 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
     from tico.serialize.quant_param import QPARAM_KEY
 
     carriers = {record["tensor"] for record in applied}
+    by_tensor = {record["tensor"]: record for record in applied}
     found = []
     counts: dict[str, int] = {}
+    call_index: dict[str, int] = {}
     nodes = list(program.graph_module.graph.nodes)
+    for node in nodes:
+        if node.op == "call_function":
+            target = _target(node)
+            call_index[node.name] = counts.get(target, 0)
+            counts[target] = call_index[node.name] + 1
     for node in nodes:
         if node.op != "call_function":
             continue
         target = _target(node)
         if target not in _REQUANTIZING_UNARY:
             continue
-        index = counts.get(target, 0)
-        counts[target] = index + 1
+        index = call_index[node.name]
         qparam = node.meta.get(QPARAM_KEY)
         if node.name in carriers or qparam is None or qparam.scale is None or len(qparam.scale) != 1:
             continue
@@ -441,12 +547,36 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
         if qmin is None:
             continue
         value = node.meta.get("val")
-        # Where the qparams come from: the concatenation it feeds, as PropagateQParamBackward copies them.
+        # Where the qparams come from: the concatenation it feeds, as PropagateQParamBackward copies them,
+        # and only where they are what torch's fake-quant of that concatenation applied.
         origin = next((user.name for user in node.users if _target(user) == "aten.cat.default"
-                       and _same(float(qparam.scale[0]), int(qparam.zero_point[0]), user.meta.get(QPARAM_KEY))), None)
+                       and _same(float(qparam.scale[0]), int(qparam.zero_point[0]), user.meta.get(QPARAM_KEY))
+                       and user.name in by_tensor
+                       and _same(by_tensor[user.name]["scale"], by_tensor[user.name]["zero_point"], qparam)), None)
         found.append({"tensor": node.name, "op": target, "call_index": index, "qparam_from": origin,
                       "scale": float(qparam.scale[0]),
                       "zero_point": int(qparam.zero_point[0]), "qmin": qmin, "qmax": qmax,
+                      "shape": tuple(value.shape) if isinstance(value, torch.Tensor) else None,
+                      "line": _wrapper_line(node.meta.get("stack_trace")), "module": _module_path(node)})
+    # A value torch fake-quantizes for one user only, which FoldQuantOps quantized for all of them
+    # (``float_users``): Circle's operator requantizes its output (executor.py:349-364), and every
+    # user reads that. Its qparams must be the ones that fake-quant applied.
+    nodes_by_name = {node.name: node for node in nodes}
+    for record in applied:
+        node = nodes_by_name.get(record["tensor"])
+        if not record.get("float_users") or record.get("redundant") or node is None or node.op != "call_function":
+            continue
+        qparam = node.meta.get(QPARAM_KEY)
+        if qparam is None or qparam.scale is None or len(qparam.scale) != 1:
+            continue
+        qmin, qmax = _QRANGE.get(str(qparam.dtype), (None, None))
+        if qmin is None:
+            continue
+        value = node.meta.get("val")
+        origin = record.get("observer") or record["tensor"] if _same(record["scale"], record["zero_point"], qparam) else None
+        found.append({"tensor": node.name, "op": _target(node), "call_index": call_index[node.name], "qparam_from": origin,
+                      "shared_with": record["float_users"], "observer": record.get("observer"),
+                      "scale": float(qparam.scale[0]), "zero_point": int(qparam.zero_point[0]), "qmin": qmin, "qmax": qmax,
                       "shape": tuple(value.shape) if isinstance(value, torch.Tensor) else None,
                       "line": _wrapper_line(node.meta.get("stack_trace")), "module": _module_path(node)})
     for record in found:  # how many calls of the op the graph makes: the eager run must make as many
@@ -455,6 +585,13 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
 
 
 def describe_requantized(record: dict[str, Any]) -> str:
+    if record.get("shared_with") is not None:
+        origin = (f"the qparams of {record['qparam_from']}, which FoldQuantOps folded onto it" if record.get("qparam_from")
+                  else "qparams of no fake-quant torch applied to it")
+        return (f"tensor {record['tensor']} ({record['line']}, {record['op']}): torch fake-quantizes it only where "
+                f"{record.get('observer') or 'one observer'} reads it and {', '.join(record['shared_with'])} read(s) "
+                f"it in float; the Circle model quantizes it for every user with scale {record['scale']:.6g} zp "
+                f"{record['zero_point']} ({origin})")
     origin = (f"the qparams of the concatenation {record['qparam_from']} it feeds" if record.get("qparam_from")
               else "qparams of no concatenation it feeds")
     return (f"tensor {record['tensor']} ({record['line']}, {record['op']}): torch applies no fake-quant, the "
@@ -477,18 +614,33 @@ def circle_fake_quant(x: torch.Tensor, scale: float | torch.Tensor, zero_point: 
     return ((torch.clamp(rounded + zero_point, qmin, qmax) - zero_point) * scale).to(x.dtype)
 
 
+# > 0 while an observer of the aligned copy fake-quantizes: the ops it dispatches are no graph op.
+_IN_FAKE_QUANT = [0]
+
+
 def _circle_observer_fake_quant(observer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     if not observer.fake_quant_enabled:
         return x
-    return circle_fake_quant(x, observer._cached_scale, observer._cached_zp, observer.dtype.qmin, observer.dtype.qmax)
+    _IN_FAKE_QUANT[0] += 1
+    try:
+        return circle_fake_quant(x, observer._cached_scale, observer._cached_zp, observer.dtype.qmin,
+                                 observer.dtype.qmax)
+    finally:
+        _IN_FAKE_QUANT[0] -= 1
 
 
-def _quantizes_as_circle(twin: torch.nn.Module) -> int:
-    """Give every per-tensor observer of ``twin`` Circle's quantize arithmetic; how many."""
+def _quantizes_as_circle(twin: torch.nn.Module, runtime_observers: set[str]) -> int:
+    """Give Circle's quantize arithmetic to every per-tensor observer of ``twin`` whose fake-quant
+    Circle's runtime applies (``runtime_observers``: those of the activation fake-quants
+    FoldQuantOps folds into qparams); how many. An observer of a constant (a weight) is left as
+    it is: tico quantizes a constant once, at conversion, with torch's own arithmetic."""
     import types
 
     count = 0
+    runtime = {id(twin.get_submodule(path)) for path in runtime_observers}
     for module in twin.modules():
+        if id(module) not in runtime:
+            continue
         scale = getattr(module, "_cached_scale", None)
         if isinstance(scale, torch.Tensor) and scale.numel() == 1 and getattr(module, "channel_axis", None) is None \
                 and hasattr(module, "fake_quant") and hasattr(module, "dtype"):
@@ -508,8 +660,47 @@ def _circle_rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: flo
     return (weight.to(torch.float64) * (source / rms)).to(hidden_states.dtype)
 
 
-# torch ops the aligned copy computes with the arithmetic of the Circle kernel they become.
-_CIRCLE_KERNELS = {"circle_custom.rms_norm.default": _circle_rms_norm}
+def _circle_mm(lhs: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """FULLY_CONNECTED as tico's Circle runtime computes it (circle/runtime/kernels/nn.py:428-429):
+    ``np.matmul(value.reshape(-1, input_size), weights.T)`` in float32, numpy's BLAS. torch's linear
+    reaches aten.mm (the input flattened to 2-D, the weight transposed, as there) and computes it
+    with torch's own GEMM kernel, which sums in another order: the results differ in the last
+    bits, and a value near a rounding boundary of the following fake-quant lands on the adjacent
+    level. ``rhs`` is the transposed weight; the product is taken as the kernel takes it."""
+    import numpy as np
+
+    weights = np.ascontiguousarray(rhs.detach().numpy().T)
+    value = np.ascontiguousarray(lhs.detach().numpy())
+    return torch.from_numpy(np.matmul(value, weights.T).astype(np.float32, copy=False))
+
+
+def _circle_addmm(bias: torch.Tensor, lhs: torch.Tensor, rhs: torch.Tensor, *, beta: float = 1,
+                  alpha: float = 1) -> torch.Tensor:
+    """FULLY_CONNECTED with a bias (circle/runtime/kernels/nn.py:428-431): the product as
+    ``_circle_mm``, then the bias added in float32 (torch's addmm accumulates it in the GEMM)."""
+    import numpy as np
+
+    if beta != 1 or alpha != 1:
+        raise RuntimeError(f"aten.addmm with beta {beta} / alpha {alpha} is no FULLY_CONNECTED")
+    product = _circle_mm(lhs, rhs).numpy()
+    return torch.from_numpy((product + bias.detach().numpy().reshape(1, -1)).astype(np.float32, copy=False))
+
+
+# torch ops the aligned copy computes with the arithmetic of the Circle kernel they become, by
+# Circle operator.
+_CIRCLE_KERNELS = {
+    "RMS_NORM": {"circle_custom.rms_norm.default": _circle_rms_norm},
+    "FULLY_CONNECTED": {"aten.mm.default": _circle_mm, "aten.addmm.default": _circle_addmm},
+}
+
+
+def _kernels(chosen: bool | frozenset[str]) -> dict[str, Any]:
+    """The torch op -> Circle kernel map for ``chosen`` (True: all, False: none, else those named)."""
+    names = set(_CIRCLE_KERNELS) if chosen is True else set() if chosen is False else set(chosen)
+    unknown = names - set(_CIRCLE_KERNELS)
+    if unknown:
+        raise ValueError(f"no Circle kernel is modelled for {sorted(unknown)}")
+    return {op: fn for name in sorted(names) for op, fn in _CIRCLE_KERNELS[name].items()}
 
 
 class _Requantizing(torch.nn.Module):
@@ -519,11 +710,38 @@ class _Requantizing(torch.nn.Module):
     number of times than the graph, or a call's value has another shape: then the calls cannot
     be matched to the nodes."""
 
-    def __init__(self, inner: torch.nn.Module, requantized: list[dict[str, Any]], kernels: bool = True):
+    def __init__(self, inner: torch.nn.Module, requantized: list[dict[str, Any]], kernels: bool | frozenset[str] = True,
+                 inputs: list | None = None, rounding: bool = True):
         super().__init__()
         self.inner = inner
         self.requantized = requantized
-        self.kernels = _CIRCLE_KERNELS if kernels else {}
+        self.kernels = _kernels(kernels)
+        self.inputs = list(inputs or [])
+        self.rounding = rounding
+
+    def _quantized_inputs(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The call's tensor leaves (the Circle inputs, in order) fake-quantized with the qparams the
+        Circle input holds, as the runtime quantizes a quantized graph input on entry."""
+        import numpy as np
+
+        if not self.inputs:
+            return args, kwargs
+        leaves, spec = compat.tree_flatten((args, kwargs))
+        position = 0
+        for index, leaf in enumerate(leaves):
+            if not isinstance(leaf, torch.Tensor):
+                continue
+            quant = self.inputs[position] if position < len(self.inputs) else None
+            position += 1
+            if quant is None or len(quant[0]) != 1:
+                continue
+            info = np.iinfo(np.dtype(quant[2]))
+            if self.rounding:
+                leaves[index] = circle_fake_quant(leaf, quant[0][0], quant[1][0], int(info.min), int(info.max))
+            else:  # torch's arithmetic, for the reproduction of the rounding diagnosis
+                leaves[index] = torch.fake_quantize_per_tensor_affine(leaf, float(quant[0][0]), int(quant[1][0]),
+                                                                      int(info.min), int(info.max))
+        return compat.tree_unflatten(leaves, spec)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         by_call = {(record["op"], record["call_index"]): record for record in self.requantized}
@@ -534,6 +752,8 @@ class _Requantizing(torch.nn.Module):
         class Mode(compat.torch_dispatch_mode()):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 name = str(func)
+                if _IN_FAKE_QUANT[0]:
+                    return func(*args, **(kwargs or {}))
                 if name in kernels:
                     return kernels[name](*args, **(kwargs or {}))
                 out = func(*args, **(kwargs or {}))
@@ -550,6 +770,7 @@ class _Requantizing(torch.nn.Module):
                                        f"{record['tensor']} {record['shape']}")
                 return circle_fake_quant(out, record["scale"], record["zero_point"], record["qmin"], record["qmax"])
 
+        args, kwargs = self._quantized_inputs(args, kwargs)
         with Mode():
             outcome = self.inner(*args, **kwargs)
         if seen != expected:

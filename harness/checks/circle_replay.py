@@ -59,7 +59,8 @@ def _aligned_torch_outputs(pipeline, result: CheckResult) -> list | None:
         return None
     name = pipeline.export_sample_name
     twin, why = aligned_to_circle(pipeline.export_adapter("quant", name), audit.applied, audit.overwritten,
-                                  requantized, getattr(audit, "redundant", []))
+                                  requantized, getattr(audit, "redundant", []),
+                                  inputs=pipeline.circle.input_quantization)
     if twin is None:
         result.notes.append("torch could not be aligned to the Circle model's qparams, so the gap is gated as "
                             "exported: " + "; ".join(why))

@@ -3,7 +3,7 @@ is fake-quantized in torch with qparams that tico's passes later replace (one te
 qparams), so the torch QUANT output is what the Circle model computes."""
 
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
-from harness.qparam_consistency import describe, describe_requantized
+from harness.qparam_consistency import describe, describe_requantized, describe_unpinned, unpinned
 
 
 def run(pipeline) -> CheckResult:
@@ -25,6 +25,12 @@ def run(pipeline) -> CheckResult:
         result.notes.append(f"observers not identified: {audit.attribution_refused}")
     for record in audit.overwritten:
         result.fail(describe(record))
+    # Where each replacement comes from: circle_replay aligns torch to the qparams a pass gave a
+    # tensor only when they are a named torch fake-quant's (the value's producer, or the
+    # concatenation it feeds); anything else is a propagation defect the alignment would absorb.
+    for record in audit.overwritten:
+        if unpinned(record):
+            result.fail(describe_unpinned(record))
     # The other way round: a value Circle requantizes with qparams a pass gave it, which torch
     # leaves unquantized (circle_replay's aligned copy quantizes it so; a wrong qparam here would
     # otherwise be absorbed there unseen).
