@@ -102,3 +102,40 @@ def bars(items: list[list], label: str = "ranked bars", unit: str = "dB") -> str
     body.append(f'<text x="{left}" y="{height - 2}" font-size="10">{html.escape(label)} ({html.escape(unit)})</text>')
     return (f'<svg class="bars" role="img" aria-label="{html.escape(label)}" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">' + "".join(body) + "</svg>")
+
+
+def sparkline(values: list[float | None], flagged: bool = False, width: int = 100, height: int = 16) -> str:
+    """A tiny trend (one pixel column per run, integer coordinates, runs of equal height drawn as
+    one horizontal segment, a gap where a run has no value), the last point marked."""
+    pts = [(i, float(v)) for i, v in enumerate(values) if v is not None and math.isfinite(float(v))]
+    if not pts:
+        return ""
+    lo, hi = min(v for _, v in pts), max(v for _, v in pts)
+    n = len(values)
+    sx = (lambda i: round(i * (width - 3) / (n - 1)) + 1) if n > 1 else (lambda i: width // 2)
+    sy = (lambda v: round((hi - v) / (hi - lo) * (height - 4)) + 2) if hi > lo else (lambda v: height // 2)
+    parts: list[str] = []
+    prev_i = prev_y = None
+    pending = None  # x of a horizontal stretch not yet drawn
+    for i, v in pts:
+        x, y = sx(i), sy(v)
+        if prev_i is None or i != prev_i + 1:
+            if pending is not None:
+                parts.append(f"H{pending}")
+                pending = None
+            parts.append(f"M{x} {y}")
+        elif y == prev_y:
+            pending = x
+        else:
+            if pending is not None:
+                parts.append(f"H{pending}")
+                pending = None
+            parts.append(f"L{x} {y}")
+        prev_i, prev_y = i, y
+    if pending is not None:
+        parts.append(f"H{pending}")
+    color = "#d33" if flagged else "#2a6fdb"
+    x, y = sx(pts[-1][0]), sy(pts[-1][1])
+    return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
+            f'<path class="trendline" d="{"".join(parts)}" fill="none" stroke="{color}"/>'
+            f'<circle cx="{x}" cy="{y}" r="1.5" fill="{color}"/></svg>')
