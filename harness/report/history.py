@@ -41,7 +41,8 @@ from harness.results import atomic_write_text
 
 ABS_FLOOR = 1e-9
 NOISE_FLOOR_REL = 1e-3  # a spread under 0.1% of the baseline is not noise: the series is judged by its margin
-MIN_NOISE_RUNS = 3  # the fewest baseline values a spread is measured over
+MIN_NOISE_RUNS = 3  # the fewest previous values a spread is measured over
+NOISE_RUNS = 20  # the previous runs the spread is measured over (longer than the baseline window: steadier)
 MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation of a normal distribution
 CHART_RUNS = 100  # nights per testbed embedded for the sparklines and the on-demand charts
 
@@ -242,12 +243,15 @@ def series(con: sqlite3.Connection) -> tuple[dict[SeriesKey, list[tuple[int, flo
 
 
 def noise_of(previous: list[float], baseline: float, abs_floor: float = ABS_FLOOR) -> float | None:
-    """The series' own night-to-night spread over the baseline window: 1.4826 x the median
-    absolute deviation from the median, or None where it is not measurable (fewer than 3 values,
-    or under NOISE_FLOOR_REL of the baseline: a deterministic series)."""
-    if len(previous) < MIN_NOISE_RUNS:
+    """The series' own night-to-night spread before the latest run: the median absolute change
+    between consecutive runs over the last NOISE_RUNS values, scaled to a standard deviation
+    (x 1.4826 / sqrt 2; a step change is one outlier the median ignores). None where it is not
+    measurable: fewer than MIN_NOISE_RUNS values, or a spread under NOISE_FLOOR_REL of the
+    baseline (plus ``abs_floor``) -- a deterministic series, judged by its margin alone."""
+    recent = previous[-NOISE_RUNS:]
+    if len(recent) < MIN_NOISE_RUNS:
         return None
-    spread = MAD_TO_SIGMA * statistics.median(abs(v - baseline) for v in previous)
+    spread = MAD_TO_SIGMA / math.sqrt(2) * statistics.median(abs(b - a) for a, b in zip(recent, recent[1:]))
     return spread if spread > NOISE_FLOOR_REL * abs(baseline) + abs_floor else None
 
 
@@ -261,16 +265,17 @@ def judge(values: list[float], lower_is_better: bool, window: int, margin: float
     previous = values[-1 - window : -1]
     if not previous:
         return {"latest": latest, "baseline": None, "regressed": False, "improved": False, "change": None,
-                "allowed": None, "noise": None, "worse": None, "relative": None, "z": None}
+                "allowed": None, "noise": None, "worse": None, "relative": None, "z": None, "sigmas": None}
     baseline = statistics.median(previous)
-    noise = noise_of(previous, baseline, abs_floor)
+    noise = noise_of(values[:-1], baseline, abs_floor)
     allowed = abs(baseline) * margin + abs_floor
     if noise is not None and noise_k:
         allowed = max(allowed, noise_k * noise)
     worse = latest - baseline if lower_is_better else baseline - latest
     return {"latest": latest, "baseline": baseline, "regressed": worse > allowed, "improved": -worse > allowed,
             "change": latest - baseline, "allowed": allowed, "noise": noise, "worse": worse,
-            "relative": worse / abs(baseline) if baseline else None, "z": worse / noise if noise else None}
+            "relative": worse / abs(baseline) if baseline else None, "z": worse / noise if noise else None,
+            "sigmas": (latest - baseline) / noise if noise else None}
 
 
 def change_start(points: list[tuple[int, float]], lower_is_better: bool, window: int, margin: float,
@@ -310,11 +315,12 @@ def heat_level(entry: dict[str, Any]) -> float | None:
 
 
 def _bucket(level: float | None) -> str:
-    """CSS class of a heat-map cell: w1..w4 worse, b1..b4 better, n0 within a quarter of the band."""
+    """CSS class of a heat-map cell: w1..w4 worse, b1..b4 better (3 and 4: beyond the band, i.e.
+flagged), n0 within 40% of the band (e.g. within 1.2 sigma at k = 3)."""
     if level is None:
         return "nb"
     size = abs(level)
-    step = 0 if size < 0.25 else 1 if size < 0.5 else 2 if size < 1 else 3 if size < 2 else 4
+    step = 0 if size < 0.4 else 1 if size < 0.7 else 2 if size < 1 else 3 if size < 2 else 4
     return "n0" if step == 0 else ("w" if level > 0 else "b") + str(step)
 
 
@@ -343,7 +349,7 @@ def _hover(entry: dict[str, Any]) -> str:
         parts.append(f"{(entry['latest'] - entry['baseline']) / abs(entry['baseline']):+.1%}")
     else:
         parts.append(f"change {entry['change']:+.4g}")
-    parts.append(f"{entry['z']:+.1f} x noise {entry['noise']:.3g} (worse > 0)" if entry["z"] is not None
+    parts.append(f"{entry['sigmas']:+.1f} x noise {entry['noise']:.3g}" if entry["sigmas"] is not None
                  else "noise not measurable")
     parts.append(f"allowed {entry['allowed']:.3g}")
     text = "; ".join(parts) + f"; {entry['status']}"
@@ -356,6 +362,38 @@ def _hover(entry: dict[str, Any]) -> str:
 
 def _sig(value: float | None) -> float | None:
     return None if value is None else float(f"{value:.6g}")
+
+
+def encode_values(values: list[float | None]) -> list[Any]:
+    """A series' values, compact for the page: ``[exponent, "tokens"]`` where each value is an
+    integer multiple of 10**exponent (5 significant digits of the largest), written as the change
+    from the previous one; ``n`` is a run without a value, ``*k`` k repeats of the previous value.
+    The page's script decodes it (``decode``); a steady 100-night series takes a few bytes."""
+    finite = [abs(v) for v in values if v is not None]
+    top = max(finite, default=0.0)
+    exponent = (math.floor(math.log10(top)) - 4) if top > 0 else 0
+    scale = 10.0 ** exponent
+    tokens: list[str] = []
+    previous, repeats = 0, 0
+    for value in values:
+        if value is None:
+            if repeats:
+                tokens.append(f"*{repeats}" if repeats > 1 else "0")
+                repeats = 0
+            tokens.append("n")
+            continue
+        q = round(value / scale)
+        if q == previous and tokens:
+            repeats += 1
+            continue
+        if repeats:
+            tokens.append(f"*{repeats}" if repeats > 1 else "0")
+            repeats = 0
+        tokens.append(str(q - previous))
+        previous = q
+    if repeats:
+        tokens.append(f"*{repeats}" if repeats > 1 else "0")
+    return [exponent, ",".join(tokens)]
 
 
 def dashboard(db: Path, out: Path, window: int = 5, margin: float = 0.1,
@@ -443,7 +481,7 @@ def dashboard(db: Path, out: Path, window: int = 5, margin: float = 0.1,
                       "runs": [[run["id"], run["started_at"], (run["commit"] or "")[:12], _run_moves(tb["runs"], j)]
                                for j, run in enumerate(tb["runs"])][-chart_runs:]} for tb in testbeds],
         "series": [[tb_by_id[e["testbed"]]["index"], f"{e['case']} [{e['profile']}] {e['check']} {e['metric']}",
-                    1 if e["lower_is_better"] else 0, [_sig(v) for v in e["values"][-chart_runs:]],
+                    1 if e["lower_is_better"] else 0, encode_values(e["values"][-chart_runs:]),
                     _sig(e["baseline"]), _sig(e["allowed"]), e["status"], e["policy_text"]] for e in entries],
     }
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")), autoescape=True,
@@ -457,7 +495,7 @@ def dashboard(db: Path, out: Path, window: int = 5, margin: float = 0.1,
         testbeds=testbeds, heatmaps=heatmaps, families=family_rows, multi_testbed=len(testbeds) > 1,
         chart_data=Markup(json.dumps(chart_data, separators=(",", ":"), allow_nan=False)
                           .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")),
-        noise_floor=NOISE_FLOOR_REL, unused_policies=unused, chart_runs=chart_runs)
+        noise_floor=NOISE_FLOOR_REL, noise_runs=NOISE_RUNS, unused_policies=unused, chart_runs=chart_runs)
     atomic_write_text(out, html)
 
     def key(e: dict[str, Any]) -> tuple[str, str, str, str]:

@@ -105,37 +105,36 @@ def bars(items: list[list], label: str = "ranked bars", unit: str = "dB") -> str
 
 
 def sparkline(values: list[float | None], flagged: bool = False, width: int = 100, height: int = 16) -> str:
-    """A tiny trend (one pixel column per run, integer coordinates, runs of equal height drawn as
-    one horizontal segment, a gap where a run has no value), the last point marked."""
+    """A tiny trend: the last ``width - 2`` runs, one pixel column each, integer coordinates in
+    relative steps, runs of equal height as one horizontal segment, a gap where a run has no
+    value, the last point marked. Size and colours come from the page's CSS (``svg.spark``; the
+    ``flagged`` class draws it red)."""
+    values = values[-(width - 2):]
     pts = [(i, float(v)) for i, v in enumerate(values) if v is not None and math.isfinite(float(v))]
     if not pts:
         return ""
     lo, hi = min(v for _, v in pts), max(v for _, v in pts)
-    n = len(values)
-    sx = (lambda i: round(i * (width - 3) / (n - 1)) + 1) if n > 1 else (lambda i: width // 2)
     sy = (lambda v: round((hi - v) / (hi - lo) * (height - 4)) + 2) if hi > lo else (lambda v: height // 2)
     parts: list[str] = []
     prev_i = prev_y = None
-    pending = None  # x of a horizontal stretch not yet drawn
+    flat = 0  # pixels of a horizontal stretch not yet drawn
     for i, v in pts:
-        x, y = sx(i), sy(v)
-        if prev_i is None or i != prev_i + 1:
-            if pending is not None:
-                parts.append(f"H{pending}")
-                pending = None
-            parts.append(f"M{x} {y}")
-        elif y == prev_y:
-            pending = x
+        x, y = i + 1, sy(v)
+        if prev_i is not None and i == prev_i + 1 and y == prev_y:
+            flat += 1
         else:
-            if pending is not None:
-                parts.append(f"H{pending}")
-                pending = None
-            parts.append(f"L{x} {y}")
+            if flat:
+                parts.append(f"h{flat}")
+                flat = 0
+            if prev_i is None or i != prev_i + 1:
+                parts.append(f"M{x} {y}")
+            else:
+                dy = y - prev_y
+                parts.append(f"l1 {dy}" if dy >= 0 else f"l1{dy}")
         prev_i, prev_y = i, y
-    if pending is not None:
-        parts.append(f"H{pending}")
-    color = "#d33" if flagged else "#2a6fdb"
-    x, y = sx(pts[-1][0]), sy(pts[-1][1])
-    return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
-            f'<path class="trendline" d="{"".join(parts)}" fill="none" stroke="{color}"/>'
-            f'<circle cx="{x}" cy="{y}" r="1.5" fill="{color}"/></svg>')
+    if flat:
+        parts.append(f"h{flat}")
+    x, y = pts[-1][0] + 1, sy(pts[-1][1])
+    cls = "spark flagged" if flagged else "spark"
+    return (f'<svg class="{cls}"><path class="trendline" d="{"".join(parts)}"/>'
+            f'<circle cx="{x}" cy="{y}" r="1.5"/></svg>')
