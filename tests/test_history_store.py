@@ -373,3 +373,33 @@ def test_page_weight_at_50_cases_3_profiles_100_nights(tmp_path):
     assert html.count("<details data-s=") == summary["series"]
     assert "<svg class=\"chart\"" not in html  # detailed charts are built on demand only
     assert "http://" not in html.replace('"http://www.w3.org/2000/svg"', "") and "https://" not in html
+
+
+def _decode(enc: list) -> list:
+    """The page script's ``decode``, in Python."""
+    exponent, text = enc
+    out, q = [], 0
+    for tok in text.split(",") if text else []:
+        if tok == "n":
+            out.append(None)
+        elif tok.startswith("*"):
+            out += [q * 10.0 ** exponent] * int(tok[1:])
+        else:
+            q += int(tok)
+            out.append(q * 10.0 ** exponent)
+    return out
+
+
+@pytest.mark.parametrize("values", [[0.05] * 100, [0.05, None, 0.05, 0.0512, 0.0512, 0.0512, None, None, 0.049],
+                                    [30.01, 29.98, 30.02, 24.0], [0.0, 0.0, 1.0, 3.0, 3.0], [None, 1e-6, 1.2e-6], []])
+def test_chart_values_round_trip_to_five_significant_digits(values):
+    enc = history.encode_values(values)
+    decoded = _decode(enc)
+    assert len(decoded) == len(values)
+    top = max((abs(v) for v in values if v is not None), default=0.0)
+    for got, want in zip(decoded, values):
+        assert (got is None) == (want is None)
+        if want is not None:
+            assert abs(got - want) <= top * 1e-4
+    if values == [0.05] * 100:
+        assert len(json.dumps(enc)) < 20  # a steady series costs a few bytes
