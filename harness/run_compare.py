@@ -325,8 +325,23 @@ def _run_label(run: dict[str, Any]) -> str:
     return f"{commit[:12]} ({run.get('started_at') or '?'})"
 
 
+def platform_differences(base_run: dict[str, Any], head_run: dict[str, Any]) -> list[str]:
+    """How the testbeds of two runs differ (``run.platform``; empty when the same or either run
+    did not record one): float bits differ across CPUs and kernel selections, so metric moves
+    between two testbeds are not a commit's doing."""
+    from harness.report.history import TESTBED_KEYS
+
+    b, h = base_run.get("platform") or {}, head_run.get("platform") or {}
+    if not b or not h:
+        return []
+    return [f"{k} {b.get(k)!r} -> {h.get(k)!r}" for k in TESTBED_KEYS if b.get(k) != h.get(k)]
+
+
 def header_lines(cmp: Comparison) -> list[str]:
     lines = [f"base: {_run_label(cmp.base_run)}  head: {_run_label(cmp.head_run)}"]
+    testbeds = platform_differences(cmp.base_run, cmp.head_run)
+    if testbeds:
+        lines.append(f"testbeds differ (metric moves may come from the machine, not the commit): {'; '.join(testbeds)}")
     if cmp.version_diffs:
         lines.append(f"versions differ (compared anyway, --allow-version-mismatch): {describe_versions(cmp.version_diffs)}")
     else:

@@ -128,6 +128,7 @@ class RunSink:
 
     def _write_reports(self, exitstatus: int) -> None:
         from harness.golden import golden_set_id
+        from harness.platform_info import platform_record
         from harness.report.html import write_report
 
         workers = dict(self.workers) or {"main": self.process_stats()}
@@ -137,7 +138,8 @@ class RunSink:
             stats.pop("case_names", None)
         extra = {"golden_set": golden_set_id(self.state.pipelines.settings.golden_dir), "shard": self.shard_label,
                  "processes": workers, "checks": describe_checks(self.state.checks),
-                 "goldens_rewritten": self.goldens_rewritten, "orphan_goldens": self.orphan_goldens}
+                 "goldens_rewritten": self.goldens_rewritten, "orphan_goldens": self.orphan_goldens,
+                 "platform": platform_record()}  # the testbed the history keys series by
         if self.drift_moves is not None:
             for record in self.collector.records.values():
                 label_record(record, self.drift_moves)

@@ -263,3 +263,17 @@ def test_real_runs_compare(real_results, tmp_path, capsys):
     bumped["run"]["versions"]["tico"] = "0.3.1"
     assert main(["compare", base, _write(tmp_path / "bumped.json", bumped)]) == 2
     assert f"tico {doc['run']['versions']['tico']} -> 0.3.1" in capsys.readouterr().err
+
+
+def test_runs_on_different_testbeds_are_said_to_be(tmp_path):
+    from tests.report_fixture import results_doc
+
+    base, head = results_doc(), results_doc()
+    platform = {"cpu": "Intel Xeon", "machine": "x86_64", "cpu_capability": "AVX512", "blas": "MKL", "torch_threads": 1,
+                "env": {}}
+    base["run"]["platform"] = platform
+    head["run"]["platform"] = {**platform, "cpu_capability": "DEFAULT"}
+    text = run_compare.render_text(run_compare.compare(base, head))
+    assert "testbeds differ (metric moves may come from the machine, not the commit): cpu_capability 'AVX512' -> 'DEFAULT'" in text
+    head["run"]["platform"] = platform
+    assert "testbeds differ" not in run_compare.render_text(run_compare.compare(base, head))

@@ -49,6 +49,32 @@ class CheckResult:
 
 
 @dataclass(frozen=True)
+class RegressionPolicy:
+    """How the nightly dashboard judges a tracked metric's latest value against its baseline
+    (the median of the previous ``--window`` runs on the same testbed). The allowed worsening is
+    ``max(margin * |baseline| + abs_floor, noise_k * noise)``, where ``noise`` is the series' own
+    night-to-night spread (1.4826 x the median absolute deviation over the window) when it is
+    measurable (at least 3 runs and above ``NOISE_FLOOR_REL`` of the baseline); a deterministic
+    series has none and is judged by the margin alone. ``margin`` None means the dashboard's
+    ``--margin``; ``noise_k`` None turns the noise band off. A policy file
+    (``regression_policy.toml``) overrides these per case, profile, check, metric or testbed."""
+
+    margin: float | None = None
+    noise_k: float | None = 3.0
+    abs_floor: float = 1e-9
+
+    def __post_init__(self) -> None:
+        for name in ("margin", "noise_k", "abs_floor"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0
+                                      or not math.isfinite(value)):
+                raise ValueError(f"regression policy: {name} must be a finite number >= 0, got {value!r}")
+
+    def describe(self) -> dict[str, Any]:
+        return {"margin": self.margin, "noise_k": self.noise_k, "abs_floor": self.abs_floor}
+
+
+@dataclass(frozen=True)
 class Metric:
     """A number a check reports in ``CheckResult.metrics``.
 
@@ -59,7 +85,9 @@ class Metric:
     ``python -m harness limits`` can propose it. ``headline`` metrics get a column in the
     terminal summary and the report overview. ``floor`` is the smallest limit worth stating
     (e.g. one rounding flip of the Circle runtime); ``limit_fallback`` names the settings field
-    that gates the metric while ``limit`` is None (extra outputs fall back to output 0's limit)."""
+    that gates the metric while ``limit`` is None (extra outputs fall back to output 0's limit).
+    ``regression`` is how the nightly dashboard judges a move of a tracked metric (see
+    ``RegressionPolicy``; the default: the dashboard's margin, widened to 3 x the series' noise)."""
 
     name: str
     better: str | None = "lower"
@@ -69,8 +97,11 @@ class Metric:
     headline: bool = False
     floor: float | None = None
     limit_fallback: str | None = None
+    regression: RegressionPolicy = RegressionPolicy()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.regression, RegressionPolicy):
+            raise TypeError(f"metric {self.name!r}: regression must be a RegressionPolicy, got {self.regression!r}")
         if self.better not in ("lower", "higher", None):
             raise ValueError(f"metric {self.name!r}: better must be 'lower', 'higher' or None, got {self.better!r}")
 
@@ -80,7 +111,7 @@ class Metric:
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "better": self.better, "unit": self.unit, "label": self.label or self.name,
                 "limit": self.limit, "headline": self.headline, "floor": self.floor,
-                "limit_fallback": self.limit_fallback}
+                "limit_fallback": self.limit_fallback, "regression": self.regression.describe()}
 
 
 @dataclass(frozen=True)

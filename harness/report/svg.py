@@ -102,3 +102,39 @@ def bars(items: list[list], label: str = "ranked bars", unit: str = "dB") -> str
     body.append(f'<text x="{left}" y="{height - 2}" font-size="10">{html.escape(label)} ({html.escape(unit)})</text>')
     return (f'<svg class="bars" role="img" aria-label="{html.escape(label)}" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">' + "".join(body) + "</svg>")
+
+
+def sparkline(values: list[float | None], flagged: bool = False, width: int = 100, height: int = 16) -> str:
+    """A tiny trend: the last ``width - 2`` runs, one pixel column each, integer coordinates in
+    relative steps, runs of equal height as one horizontal segment, a gap where a run has no
+    value, the last point marked. Size and colours come from the page's CSS (``svg.spark``; the
+    ``flagged`` class draws it red)."""
+    values = values[-(width - 2):]
+    pts = [(i, float(v)) for i, v in enumerate(values) if v is not None and math.isfinite(float(v))]
+    if not pts:
+        return ""
+    lo, hi = min(v for _, v in pts), max(v for _, v in pts)
+    sy = (lambda v: round((hi - v) / (hi - lo) * (height - 4)) + 2) if hi > lo else (lambda v: height // 2)
+    parts: list[str] = []
+    prev_i = prev_y = None
+    flat = 0  # pixels of a horizontal stretch not yet drawn
+    for i, v in pts:
+        x, y = i + 1, sy(v)
+        if prev_i is not None and i == prev_i + 1 and y == prev_y:
+            flat += 1
+        else:
+            if flat:
+                parts.append(f"h{flat}")
+                flat = 0
+            if prev_i is None or i != prev_i + 1:
+                parts.append(f"M{x} {y}")
+            else:
+                dy = y - prev_y
+                parts.append(f"l1 {dy}" if dy >= 0 else f"l1{dy}")
+        prev_i, prev_y = i, y
+    if flat:
+        parts.append(f"h{flat}")
+    x, y = pts[-1][0] + 1, sy(pts[-1][1])
+    cls = "spark flagged" if flagged else "spark"
+    return (f'<svg class="{cls}"><path class="trendline" d="{"".join(parts)}"/>'
+            f'<circle cx="{x}" cy="{y}" r="1.5"/></svg>')
