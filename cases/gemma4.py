@@ -338,7 +338,7 @@ VISION_PARTS += [
         expected_wrapper="QuantGemma4VisionPatchEmbedder",
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.15},
-            "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module(
@@ -356,7 +356,7 @@ VISION_PARTS += [
         # PEIR 0.037, SQNR 34.8 dB; e2b_dims mean 0.142, PEIR 0.0054, SQNR 38.1 dB.
         settings={
             "quant_accuracy": {"max_peir": 0.1, "min_sqnr_db": 28.0},
-            "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module(
@@ -416,7 +416,7 @@ VISION_MODEL = Case(
     # 6.1e-5 absolute (relative 4e-4 on small elements), hence atol 1e-4 instead of 1e-5.
     settings={
         "quant_accuracy": {"max_peir": 0.02, "min_sqnr_db": 32.0},
-        "circle_replay": {"max_steps": 1.5, "mean_steps": 0.35},
+        "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         "noquant_parity": {"atol": 1e-4},
     },
     export=ExportCapability(
@@ -459,7 +459,7 @@ TEXT_PARTS = [
         expected_wrapper="QuantGemma4TextMLP",
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.1},
-            "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         export=whole_module_export(),
         **_LAYER_PART,

@@ -72,7 +72,7 @@ MULTIMODAL_EMBEDDER = Case(
     # Measured: mean 0.0067, max 0.297, PEIR 0.075, SQNR 34.0 dB; Circle replay exact (0 steps).
     settings={
         "quant_accuracy": {"max_mean_abs_diff": 0.009, "max_abs_diff": 0.4, "max_peir": 0.1, "min_sqnr_db": 30.0},
-        "circle_replay": {"max_steps": 0.5, "mean_steps": 0.1},
+        "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
     },
     # as_export_module returns the wrapper itself (it is exportable as is), so it cannot refuse
     # CALIB mode and ignores the mode argument.

@@ -97,11 +97,13 @@ CASES = [
              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
          },
          export=whole_module_export(), **_LEAF),
-    # Circle replay of the decomposed Conv3d differs from torch QUANT by max 4 / mean 0.72 steps.
+    # Circle replay of the decomposed Conv3d differs from torch QUANT as exported by up to 4 steps (the
+    # per-slice qparams tico replaces, qparam_consistency); from torch aligned to them by 0 steps under
+    # native, avx2 and scalar kernels (2026-12-02): the limit is the one-flip floor.
     Case(name="nn_conv3d", build=build_conv3d, seed=123, expected_wrapper="QuantConv3dDecomposed",
          settings={
              "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.05},
-             "circle_replay": {"max_steps": 4.5, "mean_steps": 1.0},
+             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
          },
          export=whole_module_export(),
          expected_failures={"qparam_audit": Expected(
@@ -125,7 +127,7 @@ CASES = [
     Case(name="nn_tied_embedding", build=build_tied, seed=123,
          settings={
              "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.05},
-             "circle_replay": {"max_steps": 1.5, "mean_steps": 0.25},
+             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
          },
          wrap=_per_child(_wrap_child), prepare=_per_child(_prepare_child), convert=_per_child(_convert_child),
          export=whole_module_export(),

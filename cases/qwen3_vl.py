@@ -214,33 +214,33 @@ VISION_PARTS = [
     Case(name="qwen3_vl_vision_mlp", build=build_vision_mlp, expected_wrapper="QuantQwen3VLVisionMLP",
          settings={
              "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
-             "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
          },
          export=whole_module_export(), **_PART),
     Case(name="qwen3_vl_vision_attention", build=build_vision_attention, expected_wrapper="QuantQwen3VLVisionAttention",
          settings={
              "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
-             "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
          },
          unused_observers={"obs_scaling": FOLDED_SCALE, "obs_mul_logits_scale": FOLDED_SCALE},
          export=_fixed_grid_export(), **_PART),
     Case(name="qwen3_vl_vision_block", build=build_vision_block, expected_wrapper="QuantQwen3VLVisionBlock",
          settings={
              "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
-             "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
          },
          unused_observers={"attn.wrapped.obs_scaling": FOLDED_SCALE, "attn.wrapped.obs_mul_logits_scale": FOLDED_SCALE},
          export=_fixed_grid_export(), **_PART),
     Case(name="qwen3_vl_vision_patch_embed", build=build_patch_embed, expected_wrapper="QuantQwen3VLVisionPatchEmbed",
          settings={
              "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
-             "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
          },
          export=whole_module_export(), **_PART),
     Case(name="qwen3_vl_vision_patch_merger", build=build_patch_merger, expected_wrapper="QuantQwen3VLVisionPatchMerger",
          settings={
              "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
-             "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
          },
          export=whole_module_export(), **_PART),
 ]
@@ -261,7 +261,7 @@ TEXT_PARTS = [
     Case(name="qwen3_vl_text_mlp", build=build_text_mlp, expected_wrapper="QuantQwen3VLTextMLP",
          settings={
              "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
-             "circle_replay": {"max_steps": 2.0, "mean_steps": 0.5},
+             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
          },
          export=whole_module_export(), **_PART),
 ]

@@ -55,3 +55,28 @@ def test_explain_deployed_on_clean_tico_under_the_scalar_kernels():
     out = done.stdout
     assert "Circle (fake_quantize replay) vs torch QUANT on the export sample: max " in out
     assert "site switched off in torch" in out and "closes the gap" not in out
+
+
+def test_a_failing_replay_says_where_its_gap_runs(monkeypatch):
+    """circle_replay computes the attribution on failure only, as evidence beside its verdict."""
+    from tico.quantization.wrapq.observers.affine_base import AffineObserverBase
+
+    from tests.helpers import CHECKS
+
+    clean = CHECKS["circle_replay"].run(Pipeline(MLP, "tiny"))
+    assert clean.passed and "deployed_sites" not in clean.evidence
+    original = AffineObserverBase.fake_quant
+
+    def fake_quant(self, x):
+        if getattr(self, "_dropped_in_export", False) and torch.compiler.is_compiling():
+            return x
+        return original(self, x)
+
+    monkeypatch.setattr(AffineObserverBase, "fake_quant", fake_quant)
+    pipeline = Pipeline(MLP, "tiny")
+    pipeline.quantized.get_submodule(SITE)._dropped_in_export = True
+    result = CHECKS["circle_replay"].run(pipeline)
+    assert not result.passed
+    assert any(note.startswith(f"where the gap runs: switching off alone in torch any of {SITE} ")
+               for note in result.notes), result.notes
+    assert result.evidence["deployed_sites"][0][0] == SITE

@@ -185,7 +185,31 @@ def run(pipeline) -> CheckResult:
         # Without a NATIVE limit of its own, NATIVE is held to the FAKE_QUANTIZE limits.
         native_max = th.native_max_steps if th.native_max_steps is not None else th.max_steps
         _replay(result, pipeline, "native", "NATIVE", aligned, native_max, th.mean_steps)
+    if result.problems:
+        _say_where_the_gap_runs(result, pipeline)
     return result
+
+
+def _say_where_the_gap_runs(result: CheckResult, pipeline) -> None:
+    """On a failing (or expected-failing) replay only: the sites whose removal in torch alone
+    closes the gap to the Circle model (harness/deployed_attribution.py). Evidence, never a
+    problem line: the verdict is the replay's."""
+    from harness.deployed_attribution import deployed_attribution
+
+    try:
+        deployed = deployed_attribution(pipeline)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis that cannot run costs the diagnosis only
+        result.notes.append(f"where the gap runs: not computed ({type(exc).__name__}: {exc})")
+        return
+    result.evidence["deployed_sites"] = [[s.path, s.max_steps_off, s.mean_steps_off] for s in deployed.sites[:10]]
+    if deployed.closing:
+        result.notes.append(f"where the gap runs: switching off alone in torch any of {', '.join(deployed.closing)} "
+                            f"closes the FAKE_QUANTIZE gap as exported ({deployed.max_steps:.3g} steps) to <= 1 step")
+    else:
+        best = deployed.sites[0] if deployed.sites else None
+        result.notes.append("where the gap runs: no single fake-quant switched off in torch closes it"
+                            + (f" (best: {best.path}, {best.max_steps_off:.3g} steps left of {deployed.max_steps:.3g})"
+                               if best else ""))
 
 
 CHECK = Check(
