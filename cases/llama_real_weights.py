@@ -325,7 +325,7 @@ CASES = [
             "export_contract": llama.calib_mode_adapter(
                 "QuantLlamaForCausalLM.as_export_module builds its prefill adapter in any mode, CALIB included "
                 "(llama/quant_model_for_causal_lm.py:290-299 checks only the mode name)"),
-            "qparam_consistency": replaced_qparams(embedding=True),
+            "qparam_consistency": replaced_qparams(embedding=True, llama_residual=True),
         },
         **_REAL,
     ),
