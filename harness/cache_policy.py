@@ -19,7 +19,7 @@ def export_record(pipeline: Any) -> Any:
     read off a fresh torch.export program (and stored)."""
     from harness.circle_cache import Uncacheable, cache_key
     from harness.export_reuse import ExportCache, execution_key, record_from_program
-    from harness.failure_replay import RecordedFailure, ReplayedFailure, record_stage_error
+    from harness.failure_replay import RecordedFailure, ReplayedFailure, keep, record_stage_error
     from harness.stage_engine import StageError
 
     name = pipeline.export_sample_name
@@ -42,13 +42,8 @@ def export_record(pipeline: Any) -> Any:
                 return record
     try:
         program = pipeline.exported_program
-    except StageError as err:
-        failure = record_stage_error(err) if key is not None else None
-        if failure is not None:
-            try:  # the same execution exported by the same code fails the same way: keep it
-                cache.put_failure(key, failure)
-            except (Uncacheable, OSError):
-                pass  # not kept: the next run exports again
+    except StageError as err:  # the same execution exported by the same code fails the same way
+        keep(cache, key, record_stage_error(err))
         raise
     circle_key = None
     if settings.circle_cache_dir is not None:

@@ -16,7 +16,7 @@ import torch
 
 from harness import compat
 from harness.circle_cache import CacheEntry, CircleCache, Uncacheable, cache_key
-from harness.failure_replay import RecordedFailure, ReplayedFailure, record
+from harness.failure_replay import RecordedFailure, ReplayedFailure, keep, record
 from harness.qparam_audit import AuditResult, audit_exported_program
 from harness.qparam_consistency import (attribute_observers, observer_fake_quants, overwritten_qparams, recording_folds,
                                         requantized_unapplied)
@@ -214,13 +214,8 @@ def convert_to_circle(program: Any, cache: CircleCache | None = None, key: str |
     program = get_program()
     try:
         binary, audit = _convert(program)
-    except Exception as exc:
-        failure = record(stage, exc) if key is not None else None
-        if failure is not None:
-            try:  # the same program converted by the same code fails the same way: keep it
-                cache.put_failure(key, failure)
-            except (Uncacheable, OSError):
-                pass  # not kept: the next run converts again
+    except Exception as exc:  # the same program converted by the same code fails the same way
+        keep(cache, key, record(stage, exc))
         raise
     if key is not None:
         try:

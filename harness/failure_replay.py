@@ -72,6 +72,20 @@ def record_stage_error(err: Any) -> RecordedFailure | None:
                            traceback=err.traceback_text)
 
 
+def keep(store: Any, key: str | None, failure: RecordedFailure | None) -> None:
+    """Store ``failure`` under ``key`` with ``store.put_failure`` when there is one to keep; one
+    that cannot be stored (a full or read-only disk, an entry the cache cannot describe) costs
+    the reuse only: the next run redoes the work."""
+    from harness.circle_cache import Uncacheable  # circle_cache imports this module
+
+    if key is None or failure is None:
+        return
+    try:
+        store.put_failure(key, failure)
+    except (Uncacheable, OSError):
+        pass
+
+
 class ReplayedFailure(Exception):
     """Raised where a cache holds a recorded failure for this key: the stage engine turns it into
     the StageError the original failure produced (same stage, type and message)."""

@@ -28,12 +28,14 @@ def test_clean_mlp_has_no_gap_to_close():
     assert deployed.sites and not deployed.unscaled_outputs
 
 
-def test_a_fake_quant_dropped_from_the_exported_graph_is_named(monkeypatch):
+def _site_dropped_in_export(monkeypatch) -> Pipeline:
+    """A pipeline whose SITE fake-quantizes in eager only: an export-only path skips it, so
+    torch.export (and so the Circle model) loses that one fake-quant."""
     from tico.quantization.wrapq.observers.affine_base import AffineObserverBase
 
     original = AffineObserverBase.fake_quant
 
-    def fake_quant(self, x):  # an export-only path that skips this one observer's fake-quant
+    def fake_quant(self, x):
         if getattr(self, "_dropped_in_export", False) and torch.compiler.is_compiling():
             return x
         return original(self, x)
@@ -41,6 +43,11 @@ def test_a_fake_quant_dropped_from_the_exported_graph_is_named(monkeypatch):
     monkeypatch.setattr(AffineObserverBase, "fake_quant", fake_quant)
     pipeline = Pipeline(MLP, "tiny")
     pipeline.quantized.get_submodule(SITE)._dropped_in_export = True
+    return pipeline
+
+
+def test_a_fake_quant_dropped_from_the_exported_graph_is_named(monkeypatch):
+    pipeline = _site_dropped_in_export(monkeypatch)
     deployed = deployed_attribution(pipeline)
     assert deployed.max_steps > 1.0
     assert deployed.closing == [SITE], [(s.path, s.max_steps_off) for s in deployed.sites[:4]]
@@ -59,22 +66,11 @@ def test_explain_deployed_on_clean_tico_under_the_scalar_kernels():
 
 def test_a_failing_replay_says_where_its_gap_runs(monkeypatch):
     """circle_replay computes the attribution on failure only, as evidence beside its verdict."""
-    from tico.quantization.wrapq.observers.affine_base import AffineObserverBase
-
     from tests.helpers import CHECKS
 
     clean = CHECKS["circle_replay"].run(Pipeline(MLP, "tiny"))
     assert clean.passed and "deployed_sites" not in clean.evidence
-    original = AffineObserverBase.fake_quant
-
-    def fake_quant(self, x):
-        if getattr(self, "_dropped_in_export", False) and torch.compiler.is_compiling():
-            return x
-        return original(self, x)
-
-    monkeypatch.setattr(AffineObserverBase, "fake_quant", fake_quant)
-    pipeline = Pipeline(MLP, "tiny")
-    pipeline.quantized.get_submodule(SITE)._dropped_in_export = True
+    pipeline = _site_dropped_in_export(monkeypatch)
     result = CHECKS["circle_replay"].run(pipeline)
     assert not result.passed
     assert any(note.startswith(f"where the gap runs: switching off alone in torch any of {SITE} ")

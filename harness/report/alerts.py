@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import fnmatch
-import json
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
+
+from harness.report.reviewed_file import entry_tables, read_document
 
 DEFAULT_FILE = "acknowledged.toml"
 _FIELDS = {"case", "profile", "check", "metric", "run", "commit", "date", "reason", "link"}
@@ -134,33 +134,13 @@ def _entry(index: int, raw: Any, where: str) -> Acknowledgement:
 
 
 def parse_acknowledgements(data: Any, where: str) -> list[Acknowledgement]:
-    if not isinstance(data, dict):
-        raise AckError(f"{where}: expected a table with an 'acknowledged' list")
-    unknown = sorted(set(data) - {"acknowledged"})
-    if unknown:
-        raise AckError(f"{where}: unknown top-level key(s) {', '.join(unknown)}; entries go in [[acknowledged]]")
-    entries = data.get("acknowledged", [])
-    if not isinstance(entries, list):
-        raise AckError(f"{where}: 'acknowledged' must be a list of entries ([[acknowledged]] tables)")
+    entries = entry_tables(data, "acknowledged", where, AckError)
     return [_entry(i, raw, where) for i, raw in enumerate(entries, start=1)]
 
 
 def load_acknowledgements(path: Path) -> list[Acknowledgement]:
     """Entries of a .toml or .json acknowledgements file; AckError names what is wrong."""
-    path = Path(path)
-    if not path.is_file():
-        raise AckError(f"acknowledgements file not found: {path}")
-    text = path.read_bytes()
-    try:
-        if path.suffix == ".json":
-            data = json.loads(text.decode("utf-8"))
-        else:
-            data = tomllib.loads(text.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise AckError(f"{path}: not UTF-8 text") from None
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise AckError(f"{path}: cannot be parsed: {exc}") from None
-    return parse_acknowledgements(data, str(path))
+    return parse_acknowledgements(read_document(path, "acknowledgements", AckError), str(path))
 
 
 # -- what moved ---------------------------------------------------------------------------------

@@ -25,12 +25,12 @@ The allowed worsening is ``max(margin * |baseline| + abs_floor, noise_k * noise)
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.report.reviewed_file import entry_tables, read_document
 
 DEFAULT_FILE = "regression_policy.toml"
 KNOBS = ("margin", "noise_k", "abs_floor")
@@ -91,29 +91,12 @@ def _entry(index: int, raw: Any, where: str) -> PolicyEntry:
 
 
 def parse_policies(data: Any, where: str) -> list[PolicyEntry]:
-    if not isinstance(data, dict):
-        raise PolicyError(f"{where}: expected a table with a 'policy' list")
-    unknown = sorted(set(data) - {"policy"})
-    if unknown:
-        raise PolicyError(f"{where}: unknown top-level key(s) {', '.join(unknown)}; entries go in [[policy]]")
-    entries = data.get("policy", [])
-    if not isinstance(entries, list):
-        raise PolicyError(f"{where}: 'policy' must be a list of entries ([[policy]] tables)")
+    entries = entry_tables(data, "policy", where, PolicyError)
     return [_entry(i, raw, where) for i, raw in enumerate(entries, start=1)]
 
 
 def load_policies(path: Path) -> list[PolicyEntry]:
-    path = Path(path)
-    if not path.is_file():
-        raise PolicyError(f"policy file not found: {path}")
-    try:
-        text = path.read_bytes().decode("utf-8")
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except UnicodeDecodeError:
-        raise PolicyError(f"{path}: not UTF-8 text") from None
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise PolicyError(f"{path}: cannot be parsed: {exc}") from None
-    return parse_policies(data, str(path))
+    return parse_policies(read_document(path, "policy", PolicyError), str(path))
 
 
 def resolve(declared: dict[str, Any] | None, entries: list[PolicyEntry], default_margin: float,
