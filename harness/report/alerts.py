@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from harness.report.reviewed_file import entry_tables, read_document
+from harness.report.reviewed_file import check_fields, entry_tables, read_document
 
 DEFAULT_FILE = "acknowledged.toml"
 _FIELDS = {"case", "profile", "check", "metric", "run", "commit", "date", "reason", "link"}
@@ -86,11 +86,7 @@ class Acknowledgement:
 
 def _entry(index: int, raw: Any, where: str) -> Acknowledgement:
     label = f"{where}: entry {index}"
-    if not isinstance(raw, dict):
-        raise AckError(f"{label} is not a table of fields")
-    unknown = sorted(set(raw) - _FIELDS)
-    if unknown:
-        raise AckError(f"{label}: unknown field(s) {', '.join(unknown)} (fields: {', '.join(sorted(_FIELDS))})")
+    check_fields(raw, _FIELDS, label, AckError)
     named = " ".join(str(raw[k]) for k in ("case", "check", "metric") if isinstance(raw.get(k), str))
     label = f"{label} ({named})" if named else label
     for name in ("case", "check", "metric", "reason"):

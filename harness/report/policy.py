@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.report.reviewed_file import entry_tables, read_document
+from harness.report.reviewed_file import check_fields, entry_tables, read_document
 
 DEFAULT_FILE = "regression_policy.toml"
 KNOBS = ("margin", "noise_k", "abs_floor")
@@ -66,11 +66,7 @@ class PolicyEntry:
 
 def _entry(index: int, raw: Any, where: str) -> PolicyEntry:
     label = f"{where}: entry {index}"
-    if not isinstance(raw, dict):
-        raise PolicyError(f"{label} is not a table of fields")
-    unknown = sorted(set(raw) - _FIELDS)
-    if unknown:
-        raise PolicyError(f"{label}: unknown field(s) {', '.join(unknown)} (fields: {', '.join(sorted(_FIELDS))})")
+    check_fields(raw, _FIELDS, label, PolicyError)
     for name in _PATTERNS:
         if name in raw and (not isinstance(raw[name], str) or not raw[name].strip()):
             raise PolicyError(f"{label}: '{name}' must be a non-empty string (an fnmatch pattern; omit it for all)")

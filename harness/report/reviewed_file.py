@@ -35,3 +35,13 @@ def read_document(path: Path, what: str, error: type[Exception]) -> Any:
         raise error(f"{path}: not UTF-8 text") from None
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise error(f"{path}: cannot be parsed: {exc}") from None
+
+
+def check_fields(raw: Any, fields: set[str] | frozenset[str], label: str, error: type[Exception]) -> dict[str, Any]:
+    """One entry as a table of known fields (``label`` names it in the error)."""
+    if not isinstance(raw, dict):
+        raise error(f"{label} is not a table of fields")
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise error(f"{label}: unknown field(s) {', '.join(unknown)} (fields: {', '.join(sorted(fields))})")
+    return raw
