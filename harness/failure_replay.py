@@ -47,8 +47,17 @@ class RecordedFailure:
 
 def reproducible(error: BaseException) -> bool:
     """Whether ``error`` (a stage's own exception, not the StageError wrapping it) follows from
-    the input and the code alone."""
-    return isinstance(error, Exception) and not isinstance(error, NOT_REPRODUCIBLE)
+    the input and the code alone. The whole chain is looked at: dynamo and tico re-raise what
+    they catch as their own errors, so a timeout or a MemoryError inside torch.export arrives
+    wrapped, and must not be kept as if the program were refused."""
+    seen: set[int] = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        if isinstance(link, NOT_REPRODUCIBLE) or not isinstance(link, Exception):
+            return False
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return True
 
 
 def record(stage: str, error: BaseException) -> RecordedFailure | None:

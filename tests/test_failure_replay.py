@@ -59,6 +59,24 @@ def test_only_failures_of_the_input_and_code_are_recorded():
         assert failure_replay.record("circle_convert", error) is None, type(error).__name__
 
 
+def test_a_timeout_wrapped_by_the_tracer_is_not_recorded():
+    """dynamo re-raises what it catches as its own error: the timeout is in the chain."""
+    try:
+        try:
+            raise StageTimeout("exceeded the per-stage limit")
+        except StageTimeout as inner:
+            raise RuntimeError("InternalTorchDynamoError while tracing") from inner
+    except RuntimeError as wrapped:
+        assert failure_replay.record("torch_export", wrapped) is None
+    try:
+        try:
+            raise KeyError("missing")
+        except KeyError:
+            raise RuntimeError("refused")  # an ordinary chain of reproducible errors
+    except RuntimeError as plain:
+        assert failure_replay.record("torch_export", plain) is not None
+
+
 def test_a_refused_conversion_is_replayed_as_the_cold_failure_and_not_served_to_other_code(tmp_path, monkeypatch):
     from tico.utils.errors import NotYetSupportedError
 
