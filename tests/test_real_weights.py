@@ -122,3 +122,21 @@ def test_percentile_clipping_fails_the_language_model_metrics(monkeypatch):
           f"{clean.metrics['kl_divergence']:.4f} -> {seeded.metrics['kl_divergence']:.4f}")
     assert clean.passed, clean.problems
     assert not seeded.passed and any("top-1" in p for p in seeded.problems), seeded.problems
+
+
+@needs_weights
+def test_clean_language_model_metrics_pass_under_the_scalar_kernels(tmp_path):
+    """lm_quality's limits hold on another kernel selection (measured native and scalar)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(repo)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:randomly", "--profile",
+                           "real_weights", "-k", "llama_for_causal_lm_real_2l and (lm_quality or quant_accuracy)",
+                           f"--wrapq-report-dir={tmp_path / 'reports'}"],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert done.stdout.splitlines()[-1].startswith("2 passed"), done.stdout[-1000:]
