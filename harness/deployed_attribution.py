@@ -50,11 +50,18 @@ class DeployedAttribution:
         return asdict(self)
 
 
+def _step(scales: list[tuple], index: int) -> float | None:
+    """Output ``index``'s per-tensor scale, or None when it has none (not counted in steps)."""
+    if index < len(scales) and len(scales[index]) == 1 and scales[index][0] > 0:
+        return scales[index][0]
+    return None
+
+
 def _gap(outputs: list[torch.Tensor], circle: list[torch.Tensor], scales: list[tuple]) -> tuple[float, float]:
     worst_max = worst_mean = 0.0
     for index, (out, ref) in enumerate(zip(outputs, circle)):
-        step = scales[index][0] if index < len(scales) and len(scales[index]) == 1 else None
-        if not step or step <= 0:
+        step = _step(scales, index)
+        if step is None:
             continue
         diff = (as_float(out) - as_float(ref)).abs()
         worst_max = max(worst_max, float(diff.max()) / step)
@@ -91,6 +98,6 @@ def deployed_attribution(pipeline: Any, mode: str = "fake_quantize",
     sites.sort(key=lambda s: (s.max_steps_off, s.mean_steps_off, s.path))
     closing = ([s.path for s in sites if s.max_steps_off <= closed_steps]
                if base_max > closed_steps and math.isfinite(base_max) else [])
-    unscaled = [i for i in range(len(circle)) if not (i < len(scales) and len(scales[i]) == 1 and scales[i][0] > 0)]
+    unscaled = [i for i in range(len(circle)) if _step(scales, i) is None]
     return DeployedAttribution(mode=mode, max_steps=base_max, mean_steps=base_mean, sites=sites, closing=closing,
                                unscaled_outputs=unscaled)

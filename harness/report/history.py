@@ -556,23 +556,23 @@ def _family_summary(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**row, "cases": len(row["cases"])} for _, row in sorted(out.items())]
 
 
-def _policies(path: Path | None) -> tuple[list[policy_mod.PolicyEntry], Path | None]:
+def _reviewed(path: Path | None, default_name: str, load):
+    """(entries, the file read): the given file (it must exist), else the default one where it
+    exists, else none."""
     if path is None:
-        default = Path(policy_mod.DEFAULT_FILE)
+        default = Path(default_name)
         if not default.is_file():
             return [], None
         path = default
-    return policy_mod.load_policies(path), path
+    return load(path), path
+
+
+def _policies(path: Path | None) -> tuple[list[policy_mod.PolicyEntry], Path | None]:
+    return _reviewed(path, policy_mod.DEFAULT_FILE, policy_mod.load_policies)
 
 
 def _acknowledgements(path: Path | None) -> tuple[list[alerts.Acknowledgement], Path | None]:
-    """The given file (it must exist), else the default one where it exists, else none."""
-    if path is None:
-        default = Path(alerts.DEFAULT_FILE)
-        if not default.is_file():
-            return [], None
-        path = default
-    return alerts.load_acknowledgements(path), path
+    return _reviewed(path, alerts.DEFAULT_FILE, alerts.load_acknowledgements)
 
 
 def main(argv: list[str] | None = None) -> int:
