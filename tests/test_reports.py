@@ -60,6 +60,20 @@ def test_merge_refuses_mixed_commits_and_duplicates():
         merge.merge([results_doc(), results_doc()])
 
 
+def test_merge_refuses_shards_from_different_testbeds():
+    a, b = results_doc(), results_doc()
+    a["results"], b["results"] = a["results"][:2], b["results"][2:]
+    a["run"]["platform"] = {"cpu": "Xeon", "cpu_capability": "AVX512", "torch_threads": 1}
+    b["run"]["platform"] = {"cpu": "Xeon", "cpu_capability": "DEFAULT", "torch_threads": 1}
+    with pytest.raises(merge.MergeError, match="different testbeds.*capability AVX512.*capability DEFAULT"):
+        merge.merge([a, b])
+    mixed = merge.merge([a, b], allow_mixed=True)
+    assert mixed["run"]["platform"] is None  # no one testbed to file the numbers under
+    assert [m["platform"]["cpu_capability"] for m in mixed["run"]["merged_from"]] == ["AVX512", "DEFAULT"]
+    b["run"]["platform"] = dict(a["run"]["platform"])
+    assert merge.merge([a, b])["run"]["platform"] == a["run"]["platform"]
+
+
 def test_merge_cli_writes_results_and_report(tmp_path):
     whole = results_doc()
     a, b = results_doc(), results_doc()

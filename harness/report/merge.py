@@ -2,8 +2,11 @@
 
     python -m harness.report.merge shard1/results.json shard2/results.json -o reports/results.json
 
-Refuses shards of different commits or golden sets (their numbers are not comparable), and
-node ids reported by more than one shard, unless --allow-mixed is given.
+Refuses shards of different commits, golden sets or testbeds (their numbers are not
+comparable: the history keys every series by the testbed the run records, so a merged run on
+two testbeds would file one shard's numbers under the other's), and node ids reported by more
+than one shard, unless --allow-mixed is given. A mixed merge records no single platform; each
+shard's stays in ``merged_from``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.report.history import testbed_id, testbed_label
 from harness.report.html import write_report
 from harness.results import atomic_write_text
 
@@ -29,6 +33,11 @@ def merge(docs: list[dict[str, Any]], *, allow_mixed: bool = False) -> dict[str,
         values = {r.get(field) for r in runs}
         if len(values) > 1 and not allow_mixed:
             raise MergeError(f"shards differ in {field}: {sorted(map(str, values))}; pass --allow-mixed to merge anyway")
+    testbeds = {testbed_id(r.get("platform")): testbed_label(r.get("platform")) for r in runs}
+    if len(testbeds) > 1 and not allow_mixed:
+        raise MergeError(f"shards ran on different testbeds: {sorted(testbeds.values())}; their float bits differ, "
+                         f"so merging them would file one shard's numbers under the other's testbed (pass "
+                         f"--allow-mixed to merge anyway; the merged run then records no platform)")
     shards = [r.get("shard") for r in runs]
     if any(shards) and not allow_mixed:
         _check_complete_partition(shards)
@@ -56,10 +65,13 @@ def merge(docs: list[dict[str, Any]], *, allow_mixed: bool = False) -> dict[str,
             # every check any shard declared (shards of one run declare the same ones)
             "checks": {name: meta for r in runs for name, meta in (r.get("checks") or {}).items()},
             "merged_from": [
-                {k: r.get(k) for k in ("started_at", "duration_s", "exitstatus", "argv", "counts", "shard")} for r in runs
+                {k: r.get(k) for k in ("started_at", "duration_s", "exitstatus", "argv", "counts", "shard", "platform")}
+                for r in runs
             ],
         }
     )
+    if len(testbeds) > 1:
+        run["platform"] = None
     return {"schema": docs[0].get("schema"), "run": run, "results": results}
 
 
@@ -87,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.report.merge", description=__doc__.splitlines()[0])
     parser.add_argument("shards", nargs="+", type=Path)
     parser.add_argument("-o", "--output", type=Path, default=Path("reports/results.json"))
-    parser.add_argument("--allow-mixed", action="store_true", help="merge shards of different commits/golden sets")
+    parser.add_argument("--allow-mixed", action="store_true", help="merge shards of different commits, golden sets or testbeds")
     args = parser.parse_args(argv)
     try:
         merged = merge([json.loads(p.read_text()) for p in args.shards], allow_mixed=args.allow_mixed)
