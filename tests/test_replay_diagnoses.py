@@ -400,3 +400,38 @@ def test_clean_tico_biases_follow_the_rounding_rule():
     adapter = pipeline.export_adapter("quant", pipeline.export_sample_name)
     records = pipeline.circle.audit.quantized_biases
     assert records and all(bias_off_rule(r, adapter.get_parameter(r["parameter"])) is None for r in records)
+
+
+def test_a_residual_sum_given_qparams_of_no_fake_quant_is_not_absorbed(monkeypatch):
+    """Seeded propagation defect on the value FoldQuantOps quantizes for every user: the Llama attention
+    residual sum (llama/quant_decoder_layer.py:359) leaves conversion with its scale doubled, qparams no
+    torch observer applied. Requantizing it that way in the aligned copy would absorb the defect; the
+    alignment refuses, names the tensor, and the replay fails as exported."""
+    import copy
+
+    from tico.quantization.passes import propagate_qparam_backward as backward
+    from tico.serialize.quant_param import QPARAM_KEY
+
+    from harness.qparam_consistency import _wrapper_line
+
+    original = backward.PropagateQParamBackward.call
+    seeded = []
+
+    def widening(self, exported_program):
+        outcome = original(self, exported_program)
+        for node in exported_program.graph_module.graph.nodes:
+            if node.op == "call_function" and QPARAM_KEY in node.meta \
+                    and _wrapper_line(node.meta.get("stack_trace")).endswith("llama/quant_decoder_layer.py:359"):
+                qparam = copy.deepcopy(node.meta[QPARAM_KEY])
+                qparam.scale = [s * 2 for s in qparam.scale]
+                node.meta[QPARAM_KEY] = qparam
+                seeded.append(node.name)
+        return outcome
+
+    monkeypatch.setattr(backward.PropagateQParamBackward, "call", widening)
+    replay = run_check(LLAMA_LAYER_PREFILL, "circle_replay")
+    assert len(seeded) == 1, seeded
+    refusal = [note for note in replay.notes if "torch could not be aligned" in note]
+    assert len(refusal) == 1 and f"tensor {seeded[0]} (aten.add.Tensor)" in refusal[0] \
+        and "qparams of no fake-quant torch applied to it (not what the diagnosis explains)" in refusal[0], replay.notes
+    assert not replay.passed and "Circle FAKE_QUANTIZE" in problems_text(replay)
