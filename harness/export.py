@@ -18,8 +18,8 @@ from harness import compat
 from harness.circle_cache import CacheEntry, CircleCache, Uncacheable, cache_key
 from harness.failure_replay import RecordedFailure, ReplayedFailure, keep, record
 from harness.qparam_audit import AuditResult, audit_exported_program
-from harness.qparam_consistency import (attribute_observers, observer_fake_quants, overwritten_qparams, recording_folds,
-                                        requantized_unapplied)
+from harness.qparam_consistency import (attribute_observers, observer_fake_quants, overwritten_qparams, recording_biases,
+                                        recording_folds, requantized_unapplied)
 
 
 @dataclass
@@ -165,8 +165,8 @@ def _convert(program: Any, defer_codegen: bool = True) -> tuple[bytes, AuditResu
 
     observers = observer_fake_quants(program)
     deferral = _deferred_fx_codegen() if defer_codegen else contextlib.nullcontext()
-    with _capture_quantized_program() as captured, recording_folds() as applied, deferral, torch.no_grad(), \
-            _naming_unsupported_operators():
+    with _capture_quantized_program() as captured, recording_folds() as applied, recording_biases() as biases, \
+            deferral, torch.no_grad(), _naming_unsupported_operators():
         binary = convert_exported_module_to_circle(copy.deepcopy(program))
     if "program" not in captured:
         return binary, AuditResult()
@@ -177,6 +177,7 @@ def _convert(program: Any, defer_codegen: bool = True) -> tuple[bytes, AuditResu
     audit.applied = applied
     audit.overwritten, audit.replaced_nodes = overwritten_qparams(applied, captured["program"])
     audit.requantized = requantized_unapplied(applied, captured["program"])
+    audit.quantized_biases = biases
     return binary, audit
 
 

@@ -78,6 +78,8 @@ class AuditResult:
     requantized: list[dict[str, Any]] = field(default_factory=list)
     # fake-quants FoldQuantOps dropped because they re-applied their input's qparams
     redundant: list[dict[str, Any]] = field(default_factory=list)
+    # float biases QuantizeBias made integer (input scale x weight scale): Circle adds them dequantized
+    quantized_biases: list[dict[str, Any]] = field(default_factory=list)
 
 
 def audit_exported_program(program: Any, ignored_targets: tuple[str, ...] = DEFAULT_IGNORED_TARGETS) -> AuditResult:

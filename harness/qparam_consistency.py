@@ -161,6 +161,88 @@ def recording_folds() -> Iterator[list[dict[str, Any]]]:
             cls.call = original
 
 
+@contextmanager
+def recording_biases() -> Iterator[list[dict[str, Any]]]:
+    """Record each float bias parameter tico's QuantizeBias replaces with an integer one while
+    active: the parameter (its path in the exported module), the op that adds it, and the
+    integers and per-channel scales (input scale x weight scale) it wrote
+    (quantization/passes/quantize_bias.py:129-132). Circle's FULLY_CONNECTED / CONV_2D add that
+    bias dequantized, where torch adds the float one (``circle_bias``)."""
+    from tico.quantization.passes import quantize_bias
+    from tico.serialize.quant_param import QPARAM_KEY
+
+    recorded: list[dict[str, Any]] = []
+    original = quantize_bias.QuantizeBias.call
+
+    def call(self: Any, exported_program: Any) -> Any:
+        parameters = exported_program.graph_signature.inputs_to_parameters
+        before = {}
+        for node in exported_program.graph_module.graph.nodes:
+            found = quantize_bias._get_input_weight_bias_for_bias_quantization(node) \
+                if node.op == "call_function" else None
+            if found is not None and found[2].op == "placeholder" and found[2].name in parameters:
+                rule = [found[i].meta.get(QPARAM_KEY) for i in (0, 1)]
+                before[node.name] = (found[2], parameters[found[2].name],
+                                     [None if q is None or q.scale is None else [float(s) for s in q.scale]
+                                      for q in rule])
+        outcome = original(self, exported_program)
+        for node in exported_program.graph_module.graph.nodes:
+            if node.name not in before or len(node.args) < 3 or node.args[2] is before[node.name][0]:
+                continue
+            bias = node.args[2]
+            qparam = bias.meta.get(QPARAM_KEY)
+            value = exported_program.constants.get(bias.name)
+            if qparam is None or qparam.scale is None or not isinstance(value, torch.Tensor):
+                continue
+            recorded.append({"parameter": before[node.name][1], "tensor": node.name, "op": _target(node),
+                             "dtype": str(qparam.dtype), "scale": [float(s) for s in qparam.scale],
+                             "zero_point": [int(z) for z in qparam.zero_point],
+                             "values": [int(v) for v in value.reshape(-1).tolist()],
+                             "input_scale": before[node.name][2][0], "weight_scale": before[node.name][2][1],
+                             "line": _wrapper_line(node.meta.get("stack_trace"))})
+        return outcome
+
+    quantize_bias.QuantizeBias.call = call
+    try:
+        yield recorded
+    finally:
+        quantize_bias.QuantizeBias.call = original
+
+
+def bias_off_rule(record: dict[str, Any], float_bias: torch.Tensor) -> str | None:
+    """Why an integer bias is not the float one rounded to steps of input scale x weight scale (the
+    rule tico states, quantize_bias.py:129-132), else None: the only integer bias the aligned copy
+    may take over, so a bias written with another scale, rounding or a clamp is not absorbed."""
+    import numpy as np
+
+    if record.get("input_scale") is None or record.get("weight_scale") is None:
+        return "its input or weight holds no qparams"
+    expected = (np.asarray(record["input_scale"], dtype=np.float32)
+                * np.asarray(record["weight_scale"], dtype=np.float32)).astype(np.float64)
+    scale = np.asarray(record["scale"], dtype=np.float64)
+    if scale.shape != expected.shape or not np.allclose(scale, expected, rtol=SCALE_REL_EQUAL, atol=0):
+        return (f"its scale is not input scale x weight scale (max ratio "
+                f"{float(np.max(scale / expected)) if scale.shape == expected.shape else float('nan'):.6g})")
+    if any(record["zero_point"]):
+        return "its zero point is not 0"
+    off = (circle_bias(record).double() - float_bias.detach().double().reshape(-1)).abs() / torch.from_numpy(scale)
+    if float(off.max()) > 0.5 + 1e-3:
+        return f"it is {float(off.max()):.3g} steps from the float bias (more than the half step of rounding)"
+    return None
+
+
+def circle_bias(record: dict[str, Any]) -> torch.Tensor:
+    """The bias Circle's kernel adds for a ``recording_biases`` record: the integers dequantized
+    as tico's runtime dequantizes a constant (circle/runtime/quantization.py, dequantize_array:
+    ``(float32(q) - zp) * scale`` in float32, per channel)."""
+    import numpy as np
+
+    values = np.asarray(record["values"], dtype=np.int64).astype(np.float32)
+    scale = np.asarray(record["scale"], dtype=np.float32)
+    zero_point = np.asarray(record["zero_point"], dtype=np.float32)
+    return torch.from_numpy(((values - zero_point) * scale).astype(np.float32, copy=False))
+
+
 def _same(scale: float, zero_point: int, qparam: Any) -> bool:
     if qparam is None or qparam.scale is None or len(qparam.scale) != 1:
         return False
@@ -439,7 +521,8 @@ def attribute_observers(applied: list[dict[str, Any]], observers: list[tuple[str
 def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], overwritten: list[dict[str, Any]],
                       requantized: list[dict[str, Any]] = (), redundant: list[dict[str, Any]] = (),
                       circle_rounding: bool = True, circle_kernels: bool | frozenset[str] = True,
-                      inputs: list | None = None) -> tuple[torch.nn.Module | None, list[str]]:
+                      inputs: list | None = None, biases: list[dict[str, Any]] = ()
+                      ) -> tuple[torch.nn.Module | None, list[str]]:
     """A private copy of ``root`` whose observers apply the qparams the Circle model holds for
     each overwritten tensor (a dropped fake-quant, or one on a data-movement op, which Circle
     never requantizes, is switched off), and which fake-quantizes each ``requantized`` value
@@ -453,9 +536,25 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
     does (changing it would change that tensor too), or would need two replacements. ``inputs``
     (the Circle inputs' quantization, ``CircleArtifact.input_quantization``): each quantized graph
     input is fake-quantized on entry, as Circle's runtime does (circle/runtime/executor.py:236-237),
-    so every user of it reads it quantized, not only its observer."""
+    so every user of it reads it quantized, not only its observer. ``biases`` (``recording_biases``):
+    each bias parameter QuantizeBias made integer holds the value Circle's kernel adds
+    (``circle_bias``) instead of the float one."""
     why = [f"tensor {record['tensor']}: its observer is not known" for record in overwritten
            if not record.get("observer")]
+    parameters = dict(root.named_parameters(remove_duplicate=False))
+    bias_values: dict[str, torch.Tensor] = {}
+    for record in biases:
+        value = circle_bias(record)
+        held = parameters.get(record["parameter"])
+        if held is None or held.shape != value.shape:
+            why.append(f"bias {record['parameter']} of {record['tensor']}: no parameter of that shape in the module")
+        elif bias_off_rule(record, held) is not None:
+            why.append(f"bias {record['parameter']} of {record['tensor']} ({record['line']}): the Circle model's integer "
+                       f"bias is not the rounded float bias: {bias_off_rule(record, held)}")
+        elif record["parameter"] in bias_values and not torch.equal(bias_values[record["parameter"]], value):
+            why.append(f"bias {record['parameter']} is quantized with two scales (one parameter, two integer biases)")
+        else:
+            bias_values[record["parameter"]] = value
     changed = {(record["ordinal"]) for record in overwritten}
     wanted: dict[str, tuple] = {}
     for record in overwritten:
@@ -490,6 +589,10 @@ def aligned_to_circle(root: torch.nn.Module, applied: list[dict[str, Any]], over
     if why:
         return None, why
     twin = copy.deepcopy(root)
+    twin_parameters = dict(twin.named_parameters(remove_duplicate=False))
+    with torch.no_grad():
+        for path, value in bias_values.items():
+            twin_parameters[path].copy_(value)
     for path in sorted(dropped):
         twin.get_submodule(path).fake_quant_enabled = False
     if circle_rounding:

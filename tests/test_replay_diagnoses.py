@@ -292,3 +292,146 @@ def test_quantized_residual_stream_explains_the_llama_decoder_layer_gap(case):
     assert without_sum >= one_level and without_input >= one_level, (without_sum, without_input)  # decode 1 / 1, prefill 1 / 2
     assert _aligned_steps(case)[0] == 0
     assert case.settings["circle_replay"]["max_steps"] == 1.0
+
+
+def _gemma4_vision_model():
+    from cases.gemma4 import CASES as GEMMA_VISION_CASES
+
+    return next(c for c in GEMMA_VISION_CASES if c.name == "gemma4_vision_model")
+
+
+def _portable_pixels(like: torch.Tensor, count: int) -> list[torch.Tensor]:
+    """Pixel patches from torch.rand (the same numbers under every kernel selection), zero where the
+    sample pads, the export sample first."""
+    generator = torch.Generator().manual_seed(0)
+    valid = (like != 0).any(-1, keepdim=True)
+    return [like] + [((torch.rand(like.shape, generator=generator) * 4 - 2) * valid) for _ in range(count - 1)]
+
+
+def test_quantized_bias_explains_the_gemma4_vision_model_gap():
+    """tico's QuantizeBias writes a linear's float bias as int32 in steps of input scale x weight scale
+    (quantization/passes/quantize_bias.py:129-132), and the runtime's FULLY_CONNECTED adds it
+    dequantized (circle/runtime/quantization.py dequantize_array); torch adds the float bias. An
+    output within that rounding (at most half a bias step) of a level boundary lands on the adjacent
+    level: at e2b_dims 5 of 27648 elements of the patch embedder's input_proj, spread to 2 output
+    steps. At tiny the export sample has no such element, so the reproduction runs the same Circle
+    model and copy on portable random pixels: without the Circle bias some land a level apart, with
+    it none does."""
+    from tico.circle.runtime.executor import CircleReferenceRuntime
+    from tico.circle.runtime.kernels.base import ExecutionMode
+    from tico.circle.runtime.quantization import dequantize_array
+
+    from cases._limits_e2b_dims import LIMITS
+    from harness.qparam_consistency import circle_bias
+
+    case = _gemma4_vision_model()
+    pipeline = _CLEAN.get(case, "tiny")
+    audit = pipeline.circle.audit
+    [record] = audit.quantized_biases
+    assert record["parameter"].endswith("patch_embedder.wrapped.input_proj.wrapped.module.bias")
+    assert record["dtype"] == "int32" and record["op"] == "aten.linear.default"
+    # the Circle file holds exactly those integers, and they are not the float bias
+    runtime = CircleReferenceRuntime(pipeline.circle.binary)
+    fc = next(op for op in runtime.program.operators if op.name == "FULLY_CONNECTED")
+    bias_tensor = runtime.program.tensor(fc.inputs[2])
+    held = torch.from_numpy(dequantize_array(bias_tensor.constant, bias_tensor))
+    assert torch.equal(held, circle_bias(record))
+    adapter = pipeline.export_adapter("quant", pipeline.export_sample_name)
+    float_bias = adapter.get_parameter(record["parameter"]).detach()
+    off = (held - float_bias).abs() / torch.tensor(record["scale"])
+    assert 0 < float(off.max()) <= 0.5 + 1e-3
+    args = {"applied": audit.applied, "overwritten": audit.overwritten, "requantized": audit.requantized,
+            "redundant": audit.redundant, "inputs": pipeline.circle.input_quantization}
+    with_bias, why = aligned_to_circle(adapter, biases=audit.quantized_biases, **args)
+    without_bias, _ = aligned_to_circle(adapter, biases=[], **args)
+    assert with_bias is not None, why
+    step = pipeline.circle.output_scales[0][0]
+    without, with_ = [], []
+    for pixels in _portable_pixels(pipeline.sample(pipeline.export_sample_name).kwargs["pixel_values"], 12):
+        circle = torch.from_numpy(np.asarray(runtime.run([pixels.numpy()], mode=ExecutionMode.FAKE_QUANTIZE).outputs[0]))
+        with torch.no_grad():
+            for copy_, into in ((without_bias, without), (with_bias, with_)):
+                out = torch.utils._pytree.tree_flatten(copy_(pixels))[0][0]
+                into.append(float((circle.reshape(out.shape) - out).abs().max()) / step)
+    assert sum(s >= 1 - 1e-4 for s in without) >= 2, without   # measured 4 of 12 inputs one level apart
+    assert max(with_) == 0, with_                               # measured 0 (native, avx2, scalar kernels)
+    assert LIMITS["gemma4_vision_model"][0]["circle_replay"]["max_steps"] == 1.0   # e2b_dims: the one-flip floor
+
+
+def test_an_integer_bias_off_the_rounding_rule_is_not_absorbed(monkeypatch):
+    """Seeded QuantizeBias defect: the integer bias truncated toward zero instead of rounded (up to a
+    whole bias step off). Taking it over would absorb the defect; the alignment refuses it, names the
+    bias, and the replay is gated as exported."""
+    from tico.quantization.passes import quantize_bias
+    from tico.serialize.quant_param import QPARAM_KEY
+
+    original = quantize_bias.QuantizeBias.call
+
+    def truncating(self, exported_program):
+        floats = {}
+        for node in exported_program.graph_module.graph.nodes:
+            found = quantize_bias._get_input_weight_bias_for_bias_quantization(node) if node.op == "call_function" else None
+            if found is not None and found[2].name in exported_program.graph_signature.inputs_to_parameters:
+                floats[node.name] = quantize_bias.get_torch_param_value(found[2], exported_program).detach().clone()
+        outcome = original(self, exported_program)
+        for node in exported_program.graph_module.graph.nodes:
+            if node.name in floats:
+                bias = node.args[2]
+                scale = torch.tensor(bias.meta[QPARAM_KEY].scale, dtype=torch.float32)
+                exported_program.constants[bias.name].copy_(torch.trunc(floats[node.name] / scale).to(torch.int32))
+        return outcome
+
+    monkeypatch.setattr(quantize_bias.QuantizeBias, "call", truncating)
+    case = _gemma4_vision_model()
+    replay = run_check(case, "circle_replay")
+    refusal = [note for note in replay.notes if "torch could not be aligned" in note]
+    assert len(refusal) == 1 and "patch_embedder.wrapped.input_proj.wrapped.module.bias" in refusal[0] \
+        and "not the rounded float bias" in refusal[0], replay.notes
+    assert "fake_quantize_as_exported_max_steps" not in replay.metrics   # gated as exported
+
+
+def test_clean_tico_biases_follow_the_rounding_rule():
+    """The refusal behind the seeded defect stays silent on clean tico: every integer bias of a case with
+    biases is its float bias rounded to input scale x weight scale steps."""
+    from harness.qparam_consistency import bias_off_rule
+
+    case = _gemma4_vision_model()
+    pipeline = _CLEAN.get(case, "tiny")
+    adapter = pipeline.export_adapter("quant", pipeline.export_sample_name)
+    records = pipeline.circle.audit.quantized_biases
+    assert records and all(bias_off_rule(r, adapter.get_parameter(r["parameter"])) is None for r in records)
+
+
+def test_a_residual_sum_given_qparams_of_no_fake_quant_is_not_absorbed(monkeypatch):
+    """Seeded propagation defect on the value FoldQuantOps quantizes for every user: the Llama attention
+    residual sum (llama/quant_decoder_layer.py:359) leaves conversion with its scale doubled, qparams no
+    torch observer applied. Requantizing it that way in the aligned copy would absorb the defect; the
+    alignment refuses, names the tensor, and the replay fails as exported."""
+    import copy
+
+    from tico.quantization.passes import propagate_qparam_backward as backward
+    from tico.serialize.quant_param import QPARAM_KEY
+
+    from harness.qparam_consistency import _wrapper_line
+
+    original = backward.PropagateQParamBackward.call
+    seeded = []
+
+    def widening(self, exported_program):
+        outcome = original(self, exported_program)
+        for node in exported_program.graph_module.graph.nodes:
+            if node.op == "call_function" and QPARAM_KEY in node.meta \
+                    and _wrapper_line(node.meta.get("stack_trace")).endswith("llama/quant_decoder_layer.py:359"):
+                qparam = copy.deepcopy(node.meta[QPARAM_KEY])
+                qparam.scale = [s * 2 for s in qparam.scale]
+                node.meta[QPARAM_KEY] = qparam
+                seeded.append(node.name)
+        return outcome
+
+    monkeypatch.setattr(backward.PropagateQParamBackward, "call", widening)
+    replay = run_check(LLAMA_LAYER_PREFILL, "circle_replay")
+    assert len(seeded) == 1, seeded
+    refusal = [note for note in replay.notes if "torch could not be aligned" in note]
+    assert len(refusal) == 1 and f"tensor {seeded[0]} (aten.add.Tensor)" in refusal[0] \
+        and "qparams of no fake-quant torch applied to it (not what the diagnosis explains)" in refusal[0], replay.notes
+    assert not replay.passed and "Circle FAKE_QUANTIZE" in problems_text(replay)

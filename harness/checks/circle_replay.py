@@ -60,7 +60,8 @@ def _aligned_torch_outputs(pipeline, result: CheckResult) -> list | None:
     name = pipeline.export_sample_name
     twin, why = aligned_to_circle(pipeline.export_adapter("quant", name), audit.applied, audit.overwritten,
                                   requantized, getattr(audit, "redundant", []),
-                                  inputs=pipeline.circle.input_quantization)
+                                  inputs=pipeline.circle.input_quantization,
+                                  biases=getattr(audit, "quantized_biases", []))
     if twin is None:
         result.notes.append("torch could not be aligned to the Circle model's qparams, so the gap is gated as "
                             "exported: " + "; ".join(why))
@@ -74,6 +75,11 @@ def _aligned_torch_outputs(pipeline, result: CheckResult) -> list | None:
         return None
     for record in requantized:
         result.notes.append("aligned copy requantizes as Circle does: " + describe_requantized(record))
+    biases = getattr(audit, "quantized_biases", [])
+    if biases:
+        result.notes.append(f"aligned copy adds {len(biases)} bias(es) as Circle holds them: tico's QuantizeBias wrote "
+                            f"them as integers in steps of input scale x weight scale, which the runtime dequantizes "
+                            f"({', '.join(record['parameter'] for record in biases[:3])}{', ...' if len(biases) > 3 else ''})")
     return [leaf.detach() for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 
