@@ -261,17 +261,31 @@ def _unrolled(*problems: str) -> Expected:
     return Expected(_UNROLLED_NEW_KV, problems=problems)
 
 
-def _unrolled_qparams() -> Expected:
-    """The rotate-half replacements every variant shows, plus the uncalibrated obs_new_k/v of the unrolled layout
-    and the per-head V slice obs_present_value quantizes, which torch stacks for obs_new_v in float and Circle
-    quantizes for every user (FoldQuantOps attaches qparams to the producer, fold_quant_ops.py:206-213)."""
+def _unrolled_qparams(per_head_v: bool = False) -> Expected:
+    """The rotate-half replacements every variant shows, plus the uncalibrated obs_new_k/v of the unrolled layout;
+    with more than one K/V head also the per-head V slice (:798) obs_present_value quantizes, which torch stacks for
+    obs_new_v in float and Circle quantizes for every user (FoldQuantOps attaches qparams to the producer,
+    fold_quant_ops.py:206-213)."""
     base = replaced_qparams()
-    return Expected(base.reason + "; " + _UNROLLED_NEW_KV, problems=base.problems + (
+    problems = base.problems + (
         r"^tensor \S+ \(tico/quantization/wrapq/wrappers/llama/quant_attention\.py:67[23], wrapped\.obs_new_[kv]\): "
-        r"(torch fake-quantizes it with scale 1e-08 zp 0, |)the Circle model holds scale \S+ zp -?\d+",
-        r"^tensor \S+ \(tico/quantization/wrapq/wrappers/llama/quant_attention\.py:798, aten\.reshape\.default\): "
-        r"torch fake-quantizes it only where wrapped\.obs_present_value reads it and \S+ read\(s\) it in float",
-    ))
+        r"(torch fake-quantizes it with scale 1e-08 zp 0, |)the Circle model holds scale \S+ zp -?\d+",)
+    if per_head_v:
+        problems += (r"^tensor \S+ \(tico/quantization/wrapq/wrappers/llama/quant_attention\.py:798, "
+                     r"aten\.reshape\.default\): torch fake-quantizes it only where wrapped\.obs_present_value reads "
+                     r"it and \S+ read\(s\) it in float",)
+    return Expected(base.reason + "; " + _UNROLLED_NEW_KV, problems=problems)
+
+
+_UNROLLED_4D_MASK = (
+    "the unrolled layout adds the mask to each head's (B, S, K) logits as given (llama/quant_attention.py:858) and "
+    "checks only its last two dims (:853-856); the batched layout unsqueezes a 3-D mask and keeps a 4-D one "
+    "(_expand_attention_mask_for_batched, :301-307). HF's own (B, 1, S, K) mask therefore broadcasts each head's "
+    "logits to (B, B, S, K) when B > 1, and o_proj then receives B times its input width: every forward with a batch "
+    "fails"
+)
+_SHAPE_ERROR = (r"^(stage '\S+' failed: |a calibration forward raised )RuntimeError: mat1 and mat2 shapes cannot be "
+                r"multiplied \(\d+x\d+ and \d+x\d+\)$")
 
 
 # Configuration axes of QuantLlamaAttention, each a branch of the wrapper (tico 0.3.0):
@@ -290,12 +304,12 @@ ATTENTION_SWEEP = Sweep(
                     "kv_i * kv_rep + rep_i per K/V head (unrolled, :834-835); kv_heads=2 with heads=4 is the only "
                     "point where K/V heads must be repeated per group, not merely broadcast",
         "layout": "model_args['attention']['layout'] selects _forward_batched or _forward_unrolled "
-                  "(:1056-1082; config/llama_attention.py:53-61)",
+                  "(:1056-1084; config/llama_attention.py:53-61)",
         "scale_fusion": "1/sqrt(head_dim) applied to the logits at runtime, or folded into q_proj / k_proj "
                         "(:158-164, :283-290)",
         "mask": "a float mask is fake-quantized as given, a bool/int64 mask is combined with the causal template "
                 "(:566-597); a 3-D mask is unsqueezed to (B, 1, S, S), a 4-D one is not (:301-307)",
-        "head_dim": "rotate-half splits head_dim in two (:245); the scale is head_dim ** -0.5 (:134-136)",
+        "head_dim": "rotate-half splits head_dim in two (:246); the scale is head_dim ** -0.5 (:134-136)",
     },
     # PR gate: every value once (the others at the baseline), the grouped GQA point, and GQA with
     # the unrolled layout (the two repeat implementations).
@@ -307,6 +321,7 @@ ATTENTION_SWEEP = Sweep(
         # python -m harness limits --profile 'tiny,<variant>'): with 2 K/V heads the output observer, calibrated
         # on 3 samples, clips about 1% of the evaluation output (attribution: the output boundary is the top site).
         "kv_heads=2": {"settings": {"quant_accuracy": {"max_peir": 0.26}}},
+        "heads=4": {"settings": {"quant_accuracy": {"max_peir": 0.28}}},
         "heads=4,kv_heads=2": {"settings": {"quant_accuracy": {"max_peir": 0.33}}},
         "scale_fusion=k_proj": {"unused_observers": {"obs_scale": _FOLDED_SCALE, "obs_logits_raw": _FOLDED_SCALE}},
         "scale_fusion=q_proj": {"unused_observers": {"obs_scale": _FOLDED_SCALE, "obs_logits_raw": _FOLDED_SCALE}},
@@ -315,10 +330,19 @@ ATTENTION_SWEEP = Sweep(
                 r"^observer obs_new_[kv] was never fed statistics during calibration \(\d+ calibration samples\)$"),
             "calibration_coverage": _unrolled(
                 r"^observer obs_new_[kv] \(MinMaxObserver\): never fed: observed min/max are not finite$"),
+            # outputs 1 and 2 are the returned K / V; with the placeholder qparams of obs_new_k/v circle_replay
+            # cannot align torch to Circle, so output 0 is gated as exported and may show the rotate-half NEG
+            # gap the aligned copy models (see the case's settings).
             "circle_replay": _unrolled(
-                r"^Circle FAKE_QUANTIZE output [12] (max|mean) \|diff\| in steps \S+ exceeds threshold \S+$"),
+                r"^Circle FAKE_QUANTIZE output [012] (max|mean) \|diff\| in steps \S+ exceeds threshold \S+$"),
             "qparam_consistency": _unrolled_qparams(),
         }},
+        "kv_heads=2,layout=unrolled": {"expected_failures": {"qparam_consistency": _unrolled_qparams(per_head_v=True)}},
+        "layout=unrolled,mask=additive_4d": {"expected_failures": {
+            check: Expected(_UNROLLED_4D_MASK, problems=(_SHAPE_ERROR,)) for check in (
+                "attribution", "calibration_coverage", "circle_replay", "dynamic_vs_export", "export_contract",
+                "lifecycle", "noquant_parity", "observer_use", "ptq_overrides", "qparam_audit", "qparam_consistency",
+                "quant_accuracy", "torch_export", "wrapper_registry")}},
     },
 )
 
