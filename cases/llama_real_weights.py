@@ -282,7 +282,7 @@ def _derived(tiny_name: str, layer_index: int, build) -> Case:
     settings = {**base.settings, **{k: {**base.settings.get(k, {}), **v} for k, v in _UNMEASURED.items()}}
     case = dataclasses.replace(base, name=f"{tiny_name}_real_l{layer_index}", build=build(layer_index),
                                description=f"{tiny_name} on layer {layer_index} of SmolLM2-135M-Instruct, real text",
-                               settings=settings, **_REAL)
+                               settings=settings, sweep=None, **_REAL)  # the tiny case's axes are its own
     return _with_per_head_present_v(case) if tiny_name == "llama_decoder_layer_decode" else case
 
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from cases._shared_diagnoses import replaced_qparams, with_expected
-from harness import Built, Case, CaseInputs, Expected, Sample, whole_module_export
+from harness import Built, Case, CaseInputs, Expected, Sample, Sweep, whole_module_export
 
 
 def _inputs(make, calibration: int, evaluation=None) -> CaseInputs:
@@ -19,9 +19,70 @@ def _inputs(make, calibration: int, evaluation=None) -> CaseInputs:
     )
 
 
-def build_linear(profile: str) -> Built:
-    module = nn.Linear(16, 8, bias=False)
+def build_linear(profile: str, bias: bool = False) -> Built:
+    module = nn.Linear(16, 8, bias=bias)
     return Built(module, _inputs(lambda: torch.randn(4, 16), 4, lambda: torch.randn(2, 16)))
+
+
+def linear_policy(profile: str, policy: str = "uint8"):
+    """The dtype policies a user passes to tico's PTQConfig (config/ptq.py:238-240): the default
+    (uint8 activations, per-channel uint8 weights), int16 for every role, a per-tensor weight
+    override, and an int16 override of one observer (the output)."""
+    from tico.quantization.config.ptq import PTQConfig
+    from tico.quantization.config.specs import affine
+    from tico.quantization.wrapq.dtypes import INT16, UINT8
+    from tico.quantization.wrapq.qscheme import QScheme
+
+    if policy == "uint8":
+        return PTQConfig()
+    if policy == "int16":
+        return PTQConfig(activation=affine(INT16), weight=affine(INT16))
+    if policy == "per_tensor_weight":
+        return PTQConfig(overrides={"weight": affine(UINT8, qscheme=QScheme.PER_TENSOR_ASYMM)})
+    if policy == "act_out_int16":
+        return PTQConfig(overrides={"act_out": affine(INT16)})
+    raise ValueError(f"unknown dtype policy {policy!r}")
+
+
+_U8_IN_I16_OUT = (
+    "an int16 output observer after uint8 input and weight: tico's InsertQuantizeOnDtypeMismatch gives the "
+    "FULLY_CONNECTED a uint8 output whose range is the int16 range +-32767 * scale (_i16_to_u8, "
+    "quantization/passes/insert_quantize_on_dtype_mismatch.py:53-70, applied at :162-171, where tico notes it "
+    "'would severely degrade accuracy') and requantizes that to int16 after it: Circle's output is on a uint8 grid "
+    "2 * 32767 / 255 (about 257) times coarser than the int16 step torch applies"
+)
+
+_PER_TENSOR_BIAS = (
+    "tico's QuantizeBias asserts one weight scale per bias element (quantization/passes/quantize_bias.py:127), "
+    "i.e. per-channel weight qparams; a per-tensor weight, which PTQConfig accepts as an override and QuantLinear "
+    "applies, with a bias aborts the Circle conversion with a bare AssertionError, although the bias scale "
+    "i_scale * w_scale it computes next (:129) would broadcast one weight scale"
+)
+
+# QuantLinear (nn/quant_linear.py) takes its observers' dtype and qscheme from the PTQConfig with
+# the precedence of QuantModuleBase._make_obs (quant_module_base.py:163-213): an explicit override,
+# then the wrapper's default (per-channel weight, :40-42), then the role's spec; the bias is added
+# in float (F.linear, :61) and tico's QuantizeBias pass quantizes it at conversion.
+LINEAR_SWEEP = Sweep(
+    axes={"policy": ("uint8", "int16", "per_tensor_weight", "act_out_int16"), "bias": (False, True)},
+    why={"policy": "_make_obs precedence (quant_module_base.py:197-209): override > wrapper default > role spec",
+         "bias": "a bias reaches Circle through QuantizeBias (passes/quantize_bias.py:95-97)"},
+    pr="each",
+    nightly="all",
+    overrides={"policy=per_tensor_weight,bias=True": {"expected_failures": {
+        check: Expected(_PER_TENSOR_BIAS, problems=(r"^stage 'circle_convert' failed: AssertionError: ?$",))
+        for check in ("circle_replay", "qparam_audit", "qparam_consistency")}},
+        "policy=act_out_int16": {"expected_failures": {
+        "circle_replay": Expected(_U8_IN_I16_OUT, problems=(
+            r"^Circle FAKE_QUANTIZE (max|mean) \|diff\| in steps \S+ exceeds threshold \S+$",)),
+        "qparam_consistency": Expected(_U8_IN_I16_OUT, problems=(
+            r"^tensor linear \(tico/quantization/wrapq/wrappers/nn/quant_linear\.py:60, wrapped\.obs_act_out\): torch "
+            r"fake-quantizes it with scale \S+ zp 0, the Circle model holds scale \S+ zp \d+ \(replaced by a later "
+            r"conversion step\)$",
+            r"^tensor linear \(tico/quantization/wrapq/wrappers/nn/quant_linear\.py:60, wrapped\.obs_act_out\): the "
+            r"Circle model holds scale \S+ zp \d+, the qparams of no fake-quant torch applied",)),
+    }}},
+)
 
 
 def build_conv3d(profile: str) -> Built:
@@ -91,12 +152,12 @@ _LEAF = dict(family="nn", profiles=("tiny",))
 
 CASES = [
     # Limits: measured on the pinned stack, with margin (see README for the numbers).
-    Case(name="nn_linear", build=build_linear, seed=123, expected_wrapper="QuantLinear",
+    Case(name="nn_linear", build=build_linear, seed=123, expected_wrapper="QuantLinear", ptq_config=linear_policy,
          settings={
              "quant_accuracy": {"max_mean_abs_diff": 0.06, "max_peir": 0.08},
              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
          },
-         export=whole_module_export(), **_LEAF),
+         export=whole_module_export(), sweep=LINEAR_SWEEP, **_LEAF),
     # Circle replay of the decomposed Conv3d differs from torch QUANT as exported by up to 4 steps (the
     # per-slice qparams tico replaces, qparam_consistency); from torch aligned to them by 0 steps under
     # native, avx2 and scalar kernels (2026-12-02): the limit is the one-flip floor.

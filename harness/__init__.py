@@ -26,6 +26,7 @@ from harness.checks.export_contract import calib_mode_adapter
 from harness.expectations import Expected
 from harness.lifecycle_ops import unwrap
 from harness.portable import GoldenTolerance
+from harness.sweep import Sweep
 
 __all__ = [
     "Built",
@@ -45,6 +46,7 @@ __all__ = [
     "RotaryCapability",
     "RotaryTables",
     "Sample",
+    "Sweep",
     "calib_mode_adapter",
     "first_call_kwarg",
     "first_tensor",

@@ -20,6 +20,7 @@ import torch
 from packaging.version import InvalidVersion, Version
 
 from harness.expectations import Expected
+from harness.sweep import Sweep, Variant
 
 
 class CaseDefinitionError(ValueError):
@@ -253,6 +254,11 @@ class Case:
     expected_wrapper: str | None = None
     # how many observers the wrapper tree must hold (None: reported, not asserted).
     expected_observer_count: int | None = None
+    # configuration axes and the variants the PR gate and the nightly run (harness/sweep.py);
+    # validated when the case file is collected (a malformed sweep is a <definition:...> item).
+    sweep: Sweep | None = None
+    # set by the harness on a variant's copy of the case; None on the case as declared.
+    variant: Variant | None = None
 
     def __post_init__(self) -> None:
         name = self.name if isinstance(self.name, str) else repr(self.name)

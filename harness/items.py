@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from harness import compat
+from harness import sweep
 from harness.case import Case, CaseDefinitionError
 from harness.check_settings import validate as validate_settings
 from harness.checks.base import Check, CheckResult
@@ -81,19 +82,54 @@ class CaseFile(pytest.File):
                                                       error=error)
             if settings_errors:
                 continue  # its checks cannot be judged with settings that do not exist
-            for profile in case.profiles:
-                if state.wants(case, profile):
-                    yield CaseNode.from_parent(self, name=f"{case.name}[{profile}]", case=case, profile=profile, checks=checks)
+            try:
+                if case.sweep is not None:
+                    sweep.validate(case.sweep, case.profiles, {"build": case.build, "ptq_config": case.ptq_config})
+                selected = {profile: list(sweep.iter_selected(case, profile, state.sweep_mode))
+                            for profile in case.profiles if state.wants(case, profile)}
+                sweep_errors = _variant_errors(case, selected, checks, names)
+            except sweep.SweepError as exc:
+                sweep_errors = [CaseDefinitionError(case.name, exc.field_name, str(exc))]
+            for error in sweep_errors:
+                yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.{error.field_name}>",
+                                                      error=error)
+            if sweep_errors:
+                continue  # a malformed sweep is a malformed case: none of its variants runs
+            for profile, variants in selected.items():
+                for variant_case in variants:
+                    yield CaseNode.from_parent(self, name=f"{case.name}[{sweep.group_label(variant_case, profile)}]",
+                                               case=variant_case, profile=profile, checks=checks, declared=case)
+
+
+def _variant_errors(case: Case, selected: dict[str, list[Case]], checks: list[Check], names: set[str]
+                    ) -> list[CaseDefinitionError]:
+    """A sweep validated against the case (harness/sweep.py), and each variant's overrides against
+    the checks, as a case's own settings are."""
+    if case.sweep is None:
+        return []
+    errors: list[CaseDefinitionError] = []
+    for variant_case in (v for variants in selected.values() for v in variants[1:]):
+        where = f"sweep[{variant_case.variant.label}]"
+        for field_name in ("not_applicable", "expected_failures"):
+            unknown = sorted(set(getattr(variant_case, field_name)) - names)
+            if unknown:
+                errors.append(CaseDefinitionError(case.name, f"{where}.{field_name}", f"names no check: "
+                                                  f"{', '.join(unknown)}"))
+        errors += [CaseDefinitionError(case.name, f"{where}.{e.field_name}", str(e).split(": ", 2)[-1])
+                   for e in validate_settings(variant_case, checks)]
+    return errors
 
 
 class CaseNode(pytest.Collector):
     """One (case, profile): the xdist scope that keeps its checks on one worker."""
 
-    def __init__(self, *, case: Case, profile: str, checks: list[Check], **kwargs: Any):
+    def __init__(self, *, case: Case, profile: str, checks: list[Check], declared: Case | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.case = case
         self.profile = profile
         self.checks = checks
+        # the case as its file declares it (a sweep variant's ``case`` is a copy of it)
+        self.declared = declared or case
 
     def collect(self):
         for check in self.checks:
@@ -102,7 +138,7 @@ class CaseNode(pytest.Collector):
             # "case[profile]::check" would never equal the stored one and --lf/--ff/--sw would
             # select nothing. Parsed from the same string, both sides agree.
             yield CheckItem.from_parent(self, name=check.name, nodeid=f"{self.nodeid}::{check.name}",
-                                        case=self.case, profile=self.profile, check=check)
+                                        case=self.case, profile=self.profile, check=check, declared=self.declared)
 
 
 def stage_problem(err: StageError) -> str:
@@ -120,10 +156,13 @@ class CheckFailed(Exception):
 class CheckItem(pytest.Item):
     """One generic check applied to one (case, profile)."""
 
-    def __init__(self, *, case: Case, profile: str, check: Check, **kwargs: Any):
+    def __init__(self, *, case: Case, profile: str, check: Check, declared: Case | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.case = case
         self.profile = profile
+        # the bracket of the node id: the profile, then a sweep variant's axes ("tiny,kv_heads=2")
+        self.label = sweep.group_label(case, profile)
+        self.declared = declared or case
         self.check = check
         self.duplicate_of: str | None = None
         # -m by check, family, profile and capability: `-m "rotary_parity and gemma4"`, `-m e2b_dims`.
@@ -132,7 +171,15 @@ class CheckItem(pytest.Item):
         names = [check.name, case.family, profile] + [c for c in CAPABILITY_MARKERS if getattr(case, c) is not None]
         for name in dict.fromkeys(names):
             self.add_marker(name)
-        self._record_base = {"case": case.name, "family": case.family, "profile": profile, "check": check.name}
+        axes = sweep.marker_kwargs(case, case.variant)
+        if axes is not None:
+            # -m 'sweep(kv_heads=2)' selects by axis value exactly (-k cannot parse '=' or ',').
+            self.add_marker(pytest.mark.sweep(**axes))
+        # A variant's record carries its label as the profile (as its node id does), so history
+        # series, durations and reports keep variants apart; ``axes`` holds its values.
+        self._record_base = {"case": case.name, "family": case.family, "profile": self.label, "check": check.name}
+        if case.variant is not None:
+            self._record_base["axes"] = case.variant.as_dict()
 
     def _record(self, **fields: Any) -> None:
         """Accumulate this item's record; ``pytest_runtest_makereport`` hangs it on the report
@@ -215,7 +262,7 @@ class CheckItem(pytest.Item):
             # warm run), only to replace it by the xfail reason.
             return str(err)
         if isinstance(err, CheckFailed):
-            lines = [f"{self.check.name} failed for {self.case.name}[{self.profile}]:"]
+            lines = [f"{self.check.name} failed for {self.case.name}[{self.label}]:"]
             lines += [f"  - {p}" for p in err.result.problems]
             return "\n".join(lines)
         if isinstance(err, StageError):

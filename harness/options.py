@@ -21,6 +21,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"size profile to run (repeatable; default: {DEFAULT_PROFILE}). 'all' runs every profile a case lists.",
     )
     group.addoption(
+        "--sweep",
+        dest="wrapq_sweep",
+        default="pr",
+        choices=("pr", "nightly", "off"),
+        help="which variants of swept cases run (Case.sweep): the PR-gate subset (default), the nightly set, or "
+        "none (each case as declared only)",
+    )
+    group.addoption(
         "--wrapq-report-dir",
         dest="wrapq_report_dir",
         default=None,

@@ -21,6 +21,7 @@ import torch
 from harness import compat
 from harness.case import Built, Case, Sample
 from harness.lifecycle_ops import set_seed, unwrap, wrap_noquant  # noqa: F401 - re-exported for checks
+from harness.sweep import group_label
 from harness.stage_engine import StageEngine, StageError, StageTimeout, time_limit  # noqa: F401 - re-exported
 
 
@@ -48,9 +49,11 @@ class Pipeline(StageEngine):
         self.profile = profile
         self.artifact_dir = artifact_dir
         self.settings = settings or RunSettings()
-        super().__init__(case.name, profile, self.settings.stage_timeout)
+        # the node id's bracket: the profile, then a sweep variant's axes (harness/sweep.py)
+        self.label = group_label(case, profile)
+        super().__init__(case.name, self.label, self.settings.stage_timeout)
         # pytest node id of this (case, profile), set by the plugin; used in printed commands.
-        self.nodeid = f"{case.name}[{profile}]"
+        self.nodeid = f"{case.name}[{self.label}]"
         # id() of every module of the quantized tree whose forward ran in a QUANT evaluation
         # (harness.wrapper_coverage: which registered wrappers a case exercises).
         self._quant_ran: set[int] = set()
@@ -241,7 +244,7 @@ class Pipeline(StageEngine):
             artifact = circle_artifact(self)
             if self.artifact_dir is not None:
                 self.artifact_dir.mkdir(parents=True, exist_ok=True)
-                path = self.artifact_dir / f"{self.case.name}[{self.profile}].q.circle"
+                path = self.artifact_dir / f"{self.case.name}[{self.label}].q.circle"
                 path.write_bytes(artifact.binary)
                 artifact.path = str(path)
             return artifact
@@ -287,7 +290,7 @@ class PipelineCache:
         self._warm = False
 
     def get(self, case: Case, profile: str) -> Pipeline:
-        key = (case.name, profile)
+        key = (case.name, group_label(case, profile))
         if not self._warm:
             warm_imports()
             self._warm = True
@@ -296,7 +299,8 @@ class PipelineCache:
         return self._pipelines[key]
 
     def peek(self, case_name: str, profile: str) -> Pipeline | None:
-        """The pipeline of (case, profile) if one was built in this process, else None."""
+        """The pipeline of (case, profile) if one was built in this process, else None; a sweep
+        variant's ``profile`` is its label ("tiny,kv_heads=2")."""
         return self._pipelines.get((case_name, profile))
 
     def release(self, case_name: str, profile: str) -> None:

@@ -74,6 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE] = state
     for check in checks:
         register_marker(config, check.name, f"the {check.name} check of every case")
+    register_marker(config, "sweep", "every variant of a swept case (Case.sweep); sweep(axis=value) selects by value")
     for capability in CAPABILITY_MARKERS:
         register_marker(config, capability, f"every check of cases that declare a {capability} capability")
     config.pluginmanager.register(RunSink(state), "wrapq-run-sink")
@@ -117,7 +118,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def _group_id(item: pytest.Item) -> str | None:
-    return f"{item.case.name}[{item.profile}]" if isinstance(item, CheckItem) else None
+    return f"{item.case.name}[{item.label}]" if isinstance(item, CheckItem) else None
 
 
 def _flag_duplicates(items: list[pytest.Item]) -> None:
@@ -125,10 +126,10 @@ def _flag_duplicates(items: list[pytest.Item]) -> None:
     definitions: dict[str, set[tuple[str, int]]] = {}
     for item in items:
         if isinstance(item, CheckItem):
-            definitions.setdefault(item.case.name, set()).add((item.path.name, id(item.case)))
+            definitions.setdefault(item.case.name, set()).add((item.path.name, id(item.declared)))
     for item in items:
         if isinstance(item, CheckItem) and len(definitions[item.case.name]) > 1:
-            others = sorted(f for f, case_id in definitions[item.case.name] if case_id != id(item.case))
+            others = sorted(f for f, case_id in definitions[item.case.name] if case_id != id(item.declared))
             item.duplicate_of = ", ".join(others)
 
 
@@ -136,11 +137,11 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Drop a case's pipeline once its last item on this worker is done (bounded memory)."""
     if not isinstance(item, CheckItem):
         return
-    same_next = isinstance(nextitem, CheckItem) and (nextitem.case.name, nextitem.profile) == (item.case.name, item.profile)
+    same_next = isinstance(nextitem, CheckItem) and (nextitem.case.name, nextitem.label) == (item.case.name, item.label)
     if not same_next:
         state = state_of(item.config)
         _attach_wrapper_coverage(item, state)
-        note_group_done(state, item.case.name, item.profile)
+        note_group_done(state, item.case.name, item.label)
 
 
 def _attach_wrapper_coverage(item: CheckItem, state: SessionState) -> None:
@@ -148,7 +149,7 @@ def _attach_wrapper_coverage(item: CheckItem, state: SessionState) -> None:
     the case instantiated and ran in QUANT (``Pipeline.wrapper_coverage``), as the item's
     ``wrapper_coverage`` record field (the teardown report carries it to the controller). Only
     where a check built the pipeline; a failure is recorded, never raised into the item."""
-    pipeline = state.pipelines.peek(item.case.name, item.profile)
+    pipeline = state.pipelines.peek(item.case.name, item.label)
     if pipeline is None or item.duplicate_of or item.case.unavailable_reason():
         return
     try:

@@ -31,6 +31,7 @@ class SessionState:
         self.checks = checks
         self.cases_dirs = [(config.rootpath / d).resolve() for d in config.getini("wrapq_cases_dir")]
         self.profiles: list[str] = config.getoption("wrapq_profiles") or [DEFAULT_PROFILE]
+        self.sweep_mode: str = config.getoption("wrapq_sweep")
         self.is_worker = hasattr(config, "workerinput")
         self.report_dir = report_dir(config)
         self.run_id = run_id(config)

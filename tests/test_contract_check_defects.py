@@ -170,3 +170,31 @@ def test_export_contract_catches_adapter_swallowing_wrong_inputs(monkeypatch):
     monkeypatch.setattr(QuantGemma4VisionEncoder, "forward_export", truncating)
     text = problems_text(run_check(VISION_ENCODER, "export_contract"))
     assert "the export adapter accepted inputs [(1, 9, 32)] that contradict its fixed profile" in text
+
+
+def _nn_linear(**values):
+    from cases.nn import CASES as NN_CASES
+    from harness.sweep import expand, make_variant
+
+    case = next(c for c in NN_CASES if c.name == "nn_linear")
+    return expand(case, make_variant(case.sweep, values)) if values else case
+
+
+def test_observer_use_reports_a_calibration_forward_that_raises(monkeypatch):
+    from tico.quantization.wrapq.wrappers.nn.quant_linear import QuantLinear
+
+    def broken(self, x):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x16 and 8x16)")
+
+    monkeypatch.setattr(QuantLinear, "forward", broken)
+    result = run_check(_nn_linear(), "observer_use")
+    assert problems_text(result) == ("a calibration forward raised RuntimeError: mat1 and mat2 shapes cannot be "
+                                     "multiplied (2x16 and 8x16)")
+
+
+def test_ptq_overrides_flips_an_existing_int16_override_to_uint8():
+    """The case's own int16 override of act_out (a symmetric qscheme) flipped to uint8: tico resolves the
+    qscheme for uint8 (a symmetric uint8 is refused), and only that observer changes."""
+    result = run_check(_nn_linear(policy="act_out_int16"), "ptq_overrides")
+    assert result.passed, problems_text(result)
+    assert result.evidence["override"] == {"act_out": "uint8"}

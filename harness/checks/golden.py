@@ -83,6 +83,9 @@ def run(pipeline) -> CheckResult:
 def applies_to_profile(case, profile: str) -> str | None:
     if profile in case.golden_profiles:
         return None
+    if getattr(case, "variant", None) is not None:
+        return (f"not applicable: sweep variant {case.variant.label} of {case.name!r} is gated by its checks' limits; "
+                f"goldens are kept for the case as declared")
     kept = f"keeps goldens for profile(s) {', '.join(case.golden_profiles)} only" if case.golden_profiles else \
         "keeps no goldens"
     return f"not applicable: {case.name!r} {kept}; the {profile} profile is gated by its thresholds"

@@ -60,7 +60,12 @@ def run(pipeline) -> CheckResult:
         enable_calibration(root)
         with torch.no_grad():
             for sample in pipeline.built.inputs.calibration:
-                sample.call(root)
+                try:
+                    sample.call(root)
+                except Exception as exc:  # noqa: BLE001 - a wrapper that cannot run is what this reports
+                    first = (str(exc).strip().splitlines() or [""])[0]
+                    result.fail(f"a calibration forward raised {type(exc).__name__}: {first}")
+                    return result
         freeze_qparams(root)
     collected = _by_path(unwrap(root), fed)
     with _counting(root, "fake_quant") as used, torch.no_grad():

@@ -62,7 +62,10 @@ def run(pipeline) -> CheckResult:
     node = overrides
     for part in scope:
         node = node.setdefault(part, {})
-    node[target.name] = dict(node.get(target.name, {}), dtype=new_dtype)
+    # Only the dtype changes: an existing override's qscheme was resolved for the old dtype (an int16
+    # override carries PER_TENSOR_SYMM, which tico refuses for uint8), so tico resolves it anew.
+    kept = {k: v for k, v in node.get(target.name, {}).items() if k != "qscheme"}
+    node[target.name] = dict(kept, dtype=new_dtype)
     cfg.overrides = overrides
     cfg.normalize_overrides()
     case = pipeline.case
