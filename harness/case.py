@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 import torch
 from packaging.version import InvalidVersion, Version
 
+from harness.algorithm import AlgorithmCapability
 from harness.expectations import Expected
 
 
@@ -229,6 +230,9 @@ class Case:
     mask: MaskCapability | None = None
     # the output is language-model logits (switches on the model-level language-model metrics)
     language_model: LanguageModelCapability | None = None
+    # a PTQ algorithm (GPTQ, SmoothQuant, ...) run on the float module before wrapq, with its
+    # handoff (harness/algorithm.py); switches on algorithm_handoff and algorithm_gain
+    algorithm: AlgorithmCapability | None = None
     # () -> why the case cannot run here (an optional dependency beyond ``requires``, with the
     # command that installs it), or None; looked up once per session.
     unavailable: Callable[[], str | None] | None = None
@@ -284,7 +288,7 @@ class Case:
             if not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable")
         for attr, kind in (("export", ExportCapability), ("rotary", RotaryCapability), ("mask", MaskCapability),
-                           ("language_model", LanguageModelCapability)):
+                           ("language_model", LanguageModelCapability), ("algorithm", AlgorithmCapability)):
             value = getattr(self, attr)
             if value is not None and not isinstance(value, kind):
                 raise CaseDefinitionError(name, attr, f"must be {kind.__name__} or None, got {type(value).__name__}")

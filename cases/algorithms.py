@@ -1,0 +1,231 @@
+"""PTQ algorithms before wrapq: GPTQ and SmoothQuant handed to the Llama wrappers.
+
+Each case runs the sequence tico's own recipe and examples run (recipes/stages/gptq.py, ptq.py;
+wrapq/examples/quantize_with_gptq.py): the algorithm on the float module through
+``tico.quantization.prepare/convert`` with the algorithm's config and the case's calibration
+samples, then ``prepare(module, PTQConfig(...))``, the handoff (GPTQ: tico's
+``inject_gptq_qparams`` locks GPTQ's scale / zero-point into every weight observer; SmoothQuant:
+nothing, its scales are folded into the weights), calibration and ``convert``. Every generic
+check runs on the result; ``algorithm_handoff`` proves the wrappers and the Circle model hold
+what the algorithm computed and ``algorithm_gain`` measures the algorithm's claim against the
+same PTQ flow without it.
+
+GPTQ's quantizers are read from the float module GPTQ converted, before PTQ prepare: on a
+single layer, tico's ``find_gptq_quantizers`` finds none after prepare (the layer wrappers keep
+the float module's children, not the module that carries ``quantizers``; only the causal-LM
+wrapper copies them, llama/quant_model_for_causal_lm.py:52).
+
+SmoothQuant runs on the layer held under a parent module, as a model holds it: on the bare
+layer tico's ``apply_smoothing`` looks its statistics up as ``name + ".self_attn.q_proj"``
+with ``name == ""`` and raises KeyError('.self_attn.q_proj') (smooth_quant.py,
+``_apply_if_llama_decoder``; tests/test_algorithm_findings.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from harness import Built, CaseInputs, Sample
+from harness.algorithm import AlgorithmCapability, AlgorithmRecord, WeightGrid, capture_linear_inputs
+
+from cases import llama
+
+_BASE = {case.name: case for case in llama.CASES}
+
+
+# --- GPTQ -------------------------------------------------------------------------------------
+
+
+def gptq_run(**gptq_options):
+    """GPTQ through tico's public prepare/convert, recording its grids and output weights."""
+
+    def run(module: torch.nn.Module, calibration: tuple, call) -> AlgorithmRecord:
+        from tico.quantization import convert, prepare
+        from tico.quantization.config.gptq import GPTQConfig
+
+        linears = {name: m for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
+        record = AlgorithmRecord(
+            original_weights={name: m.weight.detach().clone() for name, m in linears.items()},
+            # tico's GPTQ (v1) hooks every linear of the layer in one pass over the float layer,
+            # so each linear's calibration input is the float one captured here.
+            layer_inputs=capture_linear_inputs(module, calibration, call),
+        )
+        prepared = prepare(module, GPTQConfig(show_progress=False, **gptq_options), inplace=True)
+        for sample in calibration:
+            call(prepared, sample)
+        convert(prepared, inplace=True)
+        for name, quantizer in module.quantizers.items():
+            record.grids[name] = WeightGrid(scale=quantizer.scale.detach().reshape(-1).clone(),
+                                            zero_point=quantizer.zero.detach().reshape(-1).clone(),
+                                            qmax=int(quantizer.maxq))
+            record.weights[name] = linears[name].weight.detach().clone()
+        record.facts["gptq_config"] = {k: v for k, v in gptq_options.items()}
+        return record
+
+    return run
+
+
+def gptq_handoff(prepared: torch.nn.Module, module: torch.nn.Module, record: AlgorithmRecord) -> None:
+    """tico's GPTQ -> PTQ handoff, as its recipe's PTQ stage runs it."""
+    from tico.quantization.recipes.qparams import inject_gptq_qparams
+
+    stats = inject_gptq_qparams(prepared, module.quantizers)
+    if stats["matched"] == 0:
+        raise RuntimeError(f"inject_gptq_qparams matched no weight observer: {stats}")
+    record.facts["inject_gptq_qparams"] = stats
+
+
+def _w4a16_config(profile: str):
+    """GPTQ's usual deployment: 4-bit weights on GPTQ's unsigned per-channel grid, int16 activations."""
+    from tico.quantization.config.ptq import PTQConfig
+    from tico.quantization.config.specs import affine
+    from tico.quantization.wrapq.dtypes import INT16, UINT4
+    from tico.quantization.wrapq.qscheme import QScheme
+
+    return PTQConfig(activation=affine(INT16, qscheme=QScheme.PER_TENSOR_SYMM),
+                     weight=affine(UINT4, qscheme=QScheme.PER_CHANNEL_ASYMM))
+
+
+MLP_CALIBRATION = 64
+
+
+def build_mlp_anisotropic(profile: str) -> Built:
+    """A Llama MLP fed hidden states with unequal channel scales, as a norm's gains make them
+    (GPTQ has nothing to exploit on isotropic inputs: its Hessian is then a multiple of the
+    identity and its rounding is round-to-nearest's). 64 calibration samples (640 tokens, 20x the
+    widest linear input): with 4 (40 tokens) GPTQ fits the calibration inputs and loses on new
+    ones (tests/test_algorithm_findings.py)."""
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    config = llama.llama_config(profile)
+    module = LlamaMLP(config)
+    gains = torch.rand(config.hidden_size) * 3 + 0.1
+    sample = lambda batch: Sample(args=(torch.randn(batch, 5, config.hidden_size) * gains,))  # noqa: E731
+    calibration = tuple(sample(2) for _ in range(MLP_CALIBRATION))
+    return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample(8)}),
+                 facts={"channel_gains": gains})
+
+
+GPTQ_W4 = AlgorithmCapability(
+    name="gptq",
+    run=gptq_run(weight_bits=4),
+    handoff=gptq_handoff,
+    claims=("layer_reconstruction", "output_sqnr"),
+    description="GPTQ 4-bit per-channel asymmetric weights (actorder, percdamp 0.01), then wrapq W4A16",
+)
+GPTQ_W8 = AlgorithmCapability(
+    name="gptq",
+    run=gptq_run(),
+    handoff=gptq_handoff,
+    claims=("layer_reconstruction",),
+    description="GPTQ with tico's default GPTQConfig (8-bit per-channel asymmetric), then wrapq's default PTQConfig",
+)
+
+
+# --- SmoothQuant ------------------------------------------------------------------------------
+
+
+SMOOTHQUANT_ALPHA = 0.5
+
+
+class _Model(torch.nn.Module):
+    """The decoder layer where a model holds it (``layer``), so tico's SmoothQuant finds it."""
+
+    def __init__(self, layer: torch.nn.Module):
+        super().__init__()
+        self.layer = layer
+
+
+def _smoothing(amax: torch.Tensor, back: list[torch.Tensor], alpha: float) -> torch.Tensor:
+    """SmoothQuant's per-channel scale (Xiao et al. 2023, eq. 4), the harness's own implementation:
+    s_j = max|X_j|^alpha / max_k |W_kj|^(1-alpha) over every linear the norm feeds."""
+    w_max = torch.stack([w.abs().amax(dim=0) for w in back]).amax(dim=0).clamp(min=1e-5)
+    return (amax.pow(alpha) / w_max.pow(1 - alpha)).clamp(min=1e-5)
+
+
+def _first(output):
+    return output[0] if isinstance(output, tuple) else output
+
+
+def smoothquant_run(alpha: float = SMOOTHQUANT_ALPHA):
+    """SmoothQuant through tico's public prepare/convert; the record holds the weights the
+    harness expects from the paper's folding, computed independently of tico."""
+
+    def run(module: torch.nn.Module, calibration: tuple, call) -> AlgorithmRecord:
+        from tico.quantization import convert, prepare
+        from tico.quantization.config.smoothquant import SmoothQuantConfig
+
+        pairs = {"input_layernorm": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                 "post_attention_layernorm": ("mlp.gate_proj", "mlp.up_proj")}
+        params = dict(module.named_parameters())
+        before = {name: p.detach().clone() for name, p in params.items()}
+        inputs = capture_linear_inputs(module, calibration, call)
+        with torch.no_grad():
+            ref = _first(call(module, calibration[0]))
+        record = AlgorithmRecord(original_weights={name[: -len(".weight")]: w for name, w in before.items()
+                                                   if name.endswith(".weight")},
+                                 layer_inputs=inputs)
+        scales = {}
+        for norm, linears in pairs.items():
+            s = _smoothing(inputs[linears[0]].abs().amax(dim=0), [before[f"{n}.weight"] for n in linears], alpha)
+            scales[norm] = s
+            record.weights[norm] = before[f"{norm}.weight"] / s
+            for name in linears:
+                record.weights[name] = before[f"{name}.weight"] * s.view(1, -1)
+
+        holder = prepare(_Model(module), SmoothQuantConfig(alpha=alpha), inplace=True)
+        for sample in calibration:
+            call(module, sample)
+        convert(holder, inplace=True)
+        with torch.no_grad():
+            float_after = _first(call(module, calibration[0]))
+        record.facts.update({
+            "alpha": alpha,
+            "smoothing_scale_range": {k: [float(v.min()), float(v.max())] for k, v in scales.items()},
+            # smoothing is an identity of the float model: the smoothed layer's output on the
+            # first calibration sample, relative to the original's
+            "float_max_rel_diff": float((float_after - ref).abs().max() / ref.abs().max()),
+        })
+        return record
+
+    return run
+
+
+def build_decoder_layer_outliers(profile: str) -> Built:
+    """The Llama decoder layer with a few outlier channels in its norms' gains, as trained LLMs
+    have (the activation outliers SmoothQuant migrates into the weights); without them a
+    random layer's activations are flat and there is nothing to smooth."""
+    built = llama.build_decoder_layer(profile)
+    layer = built.module
+    hidden = layer.input_layernorm.weight.numel()
+    with torch.no_grad():
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+            outliers = torch.randperm(hidden)[:2]
+            norm.weight[outliers] = 20.0
+    return built
+
+
+SMOOTHQUANT = AlgorithmCapability(
+    name="smoothquant",
+    run=smoothquant_run(),
+    claims=("output_sqnr",),
+    description=f"SmoothQuant alpha {SMOOTHQUANT_ALPHA} on both norm -> linear pairs, then wrapq's PTQConfig",
+)
+
+
+def _derived(base: str, name: str, algorithm: AlgorithmCapability, **changes):
+    """A Llama case's module, inputs, export and diagnoses, with an algorithm before wrapq."""
+    case = _BASE[base]
+    return dataclasses.replace(case, name=name, family="algorithms", algorithm=algorithm,
+                               description=algorithm.description, **changes)
+
+
+CASES = [
+    _derived("llama_mlp", "gptq_llama_mlp_w4a16", GPTQ_W4, build=build_mlp_anisotropic, ptq_config=_w4a16_config,
+             settings={}),
+    _derived("llama_decoder_layer_prefill", "gptq_llama_decoder_layer_prefill", GPTQ_W8),
+    _derived("llama_decoder_layer_prefill", "smoothquant_llama_decoder_layer_prefill", SMOOTHQUANT,
+             build=build_decoder_layer_outliers),
+]
