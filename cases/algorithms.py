@@ -27,7 +27,7 @@ import dataclasses
 
 import torch
 
-from harness import Built, CaseInputs, Sample
+from harness import Built, CaseInputs, Sample, merged_settings
 from harness.algorithm import AlgorithmCapability, AlgorithmRecord, WeightGrid, capture_linear_inputs
 
 from cases import llama
@@ -163,7 +163,7 @@ def smoothquant_run(alpha: float = SMOOTHQUANT_ALPHA):
         before = {name: p.detach().clone() for name, p in params.items()}
         inputs = capture_linear_inputs(module, calibration, call)
         with torch.no_grad():
-            ref = _first(call(module, calibration[0]))
+            float_before = [_first(call(module, sample)) for sample in calibration]
         record = AlgorithmRecord(original_weights={name[: -len(".weight")]: w for name, w in before.items()
                                                    if name.endswith(".weight")},
                                  layer_inputs=inputs)
@@ -180,13 +180,13 @@ def smoothquant_run(alpha: float = SMOOTHQUANT_ALPHA):
             call(module, sample)
         convert(holder, inplace=True)
         with torch.no_grad():
-            float_after = _first(call(module, calibration[0]))
+            float_after = [_first(call(module, sample)) for sample in calibration]
+        # smoothing is an identity of the float model
+        record.float_max_rel_diff = max(float((after - ref).abs().max() / ref.abs().max())
+                                        for after, ref in zip(float_after, float_before))
         record.facts.update({
             "alpha": alpha,
             "smoothing_scale_range": {k: [float(v.min()), float(v.max())] for k, v in scales.items()},
-            # smoothing is an identity of the float model: the smoothed layer's output on the
-            # first calibration sample, relative to the original's
-            "float_max_rel_diff": float((float_after - ref).abs().max() / ref.abs().max()),
         })
         return record
 
@@ -210,7 +210,7 @@ def build_decoder_layer_outliers(profile: str) -> Built:
 SMOOTHQUANT = AlgorithmCapability(
     name="smoothquant",
     run=smoothquant_run(),
-    claims=("output_sqnr",),
+    claims=("float_identity",),
     description=f"SmoothQuant alpha {SMOOTHQUANT_ALPHA} on both norm -> linear pairs, then wrapq's PTQConfig",
 )
 
@@ -224,8 +224,14 @@ def _derived(base: str, name: str, algorithm: AlgorithmCapability, **changes):
 
 CASES = [
     _derived("llama_mlp", "gptq_llama_mlp_w4a16", GPTQ_W4, build=build_mlp_anisotropic, ptq_config=_w4a16_config,
-             settings={}),
+             settings={"algorithm_gain": {"min_output_gain_db": 0.0}}),
     _derived("llama_decoder_layer_prefill", "gptq_llama_decoder_layer_prefill", GPTQ_W8),
+    # Outlier gains of 20 make the layer's outputs and attention logits ~20x larger than the plain
+    # layer's: measured on tico 0.3.0 (native and ATEN_CPU_CAPABILITY=default alike) mean |diff| 0.659 /
+    # PEIR 0.168 (default), 0.473 / 0.110 (export) with SmoothQuant, and SQNR 12.85 / 18.46 dB for
+    # wrapq alone on the same layer (algorithm_gain reports the difference).
     _derived("llama_decoder_layer_prefill", "smoothquant_llama_decoder_layer_prefill", SMOOTHQUANT,
-             build=build_decoder_layer_outliers),
+             build=build_decoder_layer_outliers,
+             settings=merged_settings(_BASE["llama_decoder_layer_prefill"].settings,
+                                      quant_accuracy={"max_mean_abs_diff": 0.8, "max_peir": 0.2})),
 ]

@@ -46,12 +46,15 @@ class AlgorithmRecord:
     the grid each weight is on; the wrappers must fake-quantize on it and Circle must hold it.
     ``original_weights`` and ``layer_inputs`` (the float inputs each quantized linear saw during
     the algorithm's calibration, rows x in_features) let ``algorithm_gain`` measure the claim.
-    ``facts``: numbers the algorithm's run measured (reported as they are)."""
+    ``float_max_rel_diff``: for an algorithm that claims to leave the float function unchanged
+    (SmoothQuant's folding), the transformed float module's max |output change| over max |output|
+    on the calibration samples. ``facts``: numbers the run measured (reported as they are)."""
 
     weights: dict[str, torch.Tensor] = field(default_factory=dict)
     grids: dict[str, WeightGrid] = field(default_factory=dict)
     original_weights: dict[str, torch.Tensor] = field(default_factory=dict)
     layer_inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    float_max_rel_diff: float | None = None
     facts: dict[str, Any] = field(default_factory=dict)
 
 
@@ -68,7 +71,8 @@ class AlgorithmCapability:
     tico's ``inject_gptq_qparams``); None when nothing is handed over (the algorithm only
     changed the float weights). ``claims`` names what the algorithm claims to improve over
     wrapq alone, for ``algorithm_gain``: "layer_reconstruction" (each quantized linear's output
-    error on the calibration inputs, GPTQ) and/or "output_sqnr" (the case output's SQNR)."""
+    error on the calibration inputs, GPTQ), "output_sqnr" (the case output's SQNR) and/or
+    "float_identity" (the transformed float module computes what the original did)."""
 
     name: str
     run: Callable[[torch.nn.Module, tuple, Callable[[torch.nn.Module, Any], Any]], AlgorithmRecord]
@@ -77,7 +81,7 @@ class AlgorithmCapability:
     description: str = ""
 
     def __post_init__(self) -> None:
-        unknown = set(self.claims) - {"layer_reconstruction", "output_sqnr"}
+        unknown = set(self.claims) - {"layer_reconstruction", "output_sqnr", "float_identity"}
         if unknown:
             raise ValueError(f"algorithm {self.name!r}: unknown claims {sorted(unknown)}")
         if not callable(self.run) or (self.handoff is not None and not callable(self.handoff)):

@@ -137,19 +137,28 @@ class Pipeline(StageEngine):
     @property
     def ptq_alone(self) -> torch.nn.Module:
         """The same PTQ flow without the case's algorithm: what the algorithm is measured against."""
+        return self._stage("ptq_alone", lambda: self.ptq_flow(self.ptq_config, with_algorithm=False))
 
-        def compute() -> torch.nn.Module:
-            from tico.quantization import convert, prepare
+    def ptq_flow(self, cfg: Any, *, with_algorithm: bool = True) -> torch.nn.Module:
+        """The case's flow on a fresh float copy with ``cfg``, unmemoised (for checks that vary the
+        config): [algorithm ->] prepare -> [handoff ->] calibrate -> convert."""
+        from tico.quantization import convert, prepare
 
-            built = self.built
-            do_prepare = self.case.prepare or (lambda module, c: prepare(module, c, inplace=True))
-            do_convert = self.case.convert or (lambda module: convert(module, inplace=True))
-            prepared = do_prepare(copy.deepcopy(built.module), self.ptq_config)
+        built, algorithm = self.built, self.case.algorithm if with_algorithm else None
+        do_prepare = self.case.prepare or (lambda module, c: prepare(module, c, inplace=True))
+        do_convert = self.case.convert or (lambda module: convert(module, inplace=True))
+        module = copy.deepcopy(built.module)
+        record = None
+        if algorithm is not None:
+            call = self.case.reference_call or (lambda m, sample: sample.call(m))
+            record = algorithm.run(module, built.inputs.calibration, call)
+        prepared = do_prepare(module, cfg)
+        if algorithm is not None and algorithm.handoff is not None:
+            algorithm.handoff(prepared, module, record)
+        with torch.no_grad():
             for sample in built.inputs.calibration:
                 sample.call(prepared)
-            return do_convert(prepared).eval()
-
-        return self._stage("ptq_alone", compute)
+        return do_convert(prepared).eval()
 
     def output(self, which: str, sample_name: str) -> torch.Tensor:
         """Output tensor of 'reference', 'noquant', 'quant' or 'ptq_alone' (the case's PTQ flow
