@@ -1,0 +1,75 @@
+"""What the algorithm cases found on tico 0.3.0, each reproduced with the smallest change that
+removes it (README "PTQ algorithms before wrapq")."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from cases import algorithms, llama
+from tests.helpers import run_check
+
+GPTQ_MLP = {case.name: case for case in algorithms.CASES}["gptq_llama_mlp_w4a16"]
+
+
+def _smoothquant(model: torch.nn.Module, layer: torch.nn.Module, sample) -> None:
+    from tico.quantization import convert, prepare
+    from tico.quantization.config.smoothquant import SmoothQuantConfig
+
+    prepared = prepare(model, SmoothQuantConfig(), inplace=True)
+    llama._hf_with_4d_mask(layer, sample)
+    convert(prepared, inplace=True)
+
+
+def test_smoothquant_on_a_bare_llama_layer_looks_up_a_key_with_a_leading_dot():
+    """apply_smoothing builds the statistics key as name + '.self_attn.q_proj'; for the root
+    module name is '' while the observer recorded 'self_attn.q_proj' (smooth_quant.py,
+    _apply_if_llama_decoder). The same layer under a parent module is smoothed."""
+    torch.manual_seed(0)
+    config = llama.llama_config("tiny")
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    layer = LlamaDecoderLayer(config, layer_idx=0).eval()
+    sample = llama._layer_sample(config, 2, llama.MAX_SEQ)
+    bare = copy.deepcopy(layer)
+    with pytest.raises(KeyError, match=r"'\.self_attn\.q_proj'"):
+        _smoothquant(bare, bare, sample)
+
+    held = copy.deepcopy(layer)
+    _smoothquant(algorithms._Model(held), held, sample)
+    assert not torch.equal(held.input_layernorm.weight, layer.input_layernorm.weight)
+    assert not torch.equal(held.self_attn.q_proj.weight, layer.self_attn.q_proj.weight)
+
+
+def test_gptq_quantizers_are_not_found_after_prepare_on_a_single_layer():
+    """tico's recipe looks for GPTQ's quantizers on the prepared model (find_gptq_quantizers);
+    a layer wrapper keeps the float layer's children, not the layer that carries them, so on a
+    single layer there are none to find: the case reads them from the GPTQ'd module instead."""
+    from tico.quantization import convert, prepare
+    from tico.quantization.config.gptq import GPTQConfig
+    from tico.quantization.config.ptq import PTQConfig
+    from tico.quantization.recipes.qparams import find_gptq_quantizers
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    torch.manual_seed(0)
+    mlp = LlamaMLP(llama.llama_config("tiny")).eval()
+    prepared = prepare(mlp, GPTQConfig(show_progress=False), inplace=True)
+    for _ in range(4):
+        prepared(torch.randn(2, 5, 16))
+    convert(prepared, inplace=True)
+    assert set(mlp.quantizers) == {"gate_proj", "up_proj", "down_proj"}
+    assert find_gptq_quantizers(prepare(mlp, PTQConfig())) == (None, None)
+
+
+def test_gptq_on_few_calibration_tokens_fits_them_and_loses_on_new_inputs(monkeypatch):
+    """With 4 calibration samples (40 tokens for a 32-wide down_proj input) GPTQ still beats
+    wrapq alone on its calibration inputs but loses on the evaluation inputs and at the output;
+    with the case's 64 samples it wins on both (the case gates that)."""
+    monkeypatch.setattr(algorithms, "MLP_CALIBRATION", 4)
+    few = run_check(GPTQ_MLP, "algorithm_gain")
+    assert few.metrics["layer_gain_db"] > 0
+    assert few.metrics["layer_gain_db_eval"] < 0
+    assert few.metrics["output_gain_db"] < 0
+    assert not few.passed
