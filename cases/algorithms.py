@@ -38,12 +38,17 @@ _BASE = {case.name: case for case in llama.CASES}
 # --- GPTQ -------------------------------------------------------------------------------------
 
 
-def gptq_run(**gptq_options):
-    """GPTQ through tico's public prepare/convert, recording its grids and output weights."""
+def gptq_run(config: str = "GPTQConfig", **gptq_options):
+    """A GPTQ variant (``config``: its config class in tico.quantization.config) through tico's
+    public prepare/convert, recording its grids and output weights."""
 
     def run(module: torch.nn.Module, calibration: tuple, call) -> AlgorithmRecord:
+        import importlib
+
         from tico.quantization import convert, prepare
-        from tico.quantization.config.gptq import GPTQConfig
+
+        config_module = {"GPTQConfig": "gptq", "UniversalGPTQConfig": "gptq", "FPIGPTQConfig": "fpi_gptq"}[config]
+        config_cls = getattr(importlib.import_module(f"tico.quantization.config.{config_module}"), config)
 
         linears = {name: m for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
         record = AlgorithmRecord(
@@ -52,16 +57,19 @@ def gptq_run(**gptq_options):
             # so each linear's calibration input is the float one captured here.
             layer_inputs=capture_linear_inputs(module, calibration, call),
         )
-        prepared = prepare(module, GPTQConfig(show_progress=False, **gptq_options), inplace=True)
+        prepared = prepare(module, config_cls(show_progress=False, **gptq_options), inplace=True)
         for sample in calibration:
             call(prepared, sample)
         convert(prepared, inplace=True)
         for name, quantizer in module.quantizers.items():
+            if name not in linears:
+                raise KeyError(f"{config} named a quantized module {name!r} the layer does not have "
+                               f"(its linears: {sorted(linears)})")
             record.grids[name] = WeightGrid(scale=quantizer.scale.detach().reshape(-1).clone(),
                                             zero_point=quantizer.zero.detach().reshape(-1).clone(),
                                             qmax=int(quantizer.maxq))
             record.weights[name] = linears[name].weight.detach().clone()
-        record.facts["gptq_config"] = {k: v for k, v in gptq_options.items()}
+        record.facts["gptq_config"] = {"class": config, **gptq_options}
         return record
 
     return run
@@ -215,22 +223,40 @@ SMOOTHQUANT = AlgorithmCapability(
 )
 
 
-def _derived(base: str, name: str, algorithm: AlgorithmCapability, **changes):
+# The PR gate runs the cheap cases; a decoder layer's export and Circle conversion cost as much
+# as a Llama decoder-layer case, so the second one runs nightly at the same tiny sizes.
+NIGHTLY = "tiny_nightly"
+
+
+def _derived(base: str, name: str, algorithm: AlgorithmCapability, nightly: bool = False, **changes):
     """A Llama case's module, inputs, export and diagnoses, with an algorithm before wrapq."""
     case = _BASE[base]
-    return dataclasses.replace(case, name=name, family="algorithms", algorithm=algorithm,
+    if nightly:
+        build = changes.pop("build", case.build)
+        changes.update(build=lambda profile: build("tiny"), profiles=(NIGHTLY,), golden_profiles=(NIGHTLY,))
+    return dataclasses.replace(case, name=name, algorithm=algorithm,
                                description=algorithm.description, **changes)
 
 
+UNIVERSAL_GPTQ_W4 = AlgorithmCapability(
+    name="universal_gptq",
+    run=gptq_run("UniversalGPTQConfig", weight_bits=4),
+    handoff=gptq_handoff,
+    claims=("layer_reconstruction", "output_sqnr"),
+    description="tico's model-agnostic UniversalGPTQ, 4-bit per-channel asymmetric weights, then wrapq W4A16",
+)
+
 CASES = [
-    _derived("llama_mlp", "gptq_llama_mlp_w4a16", GPTQ_W4, build=build_mlp_anisotropic, ptq_config=_w4a16_config,
+    _derived("llama_mlp", "llama_gptq_mlp_w4a16", GPTQ_W4, build=build_mlp_anisotropic, ptq_config=_w4a16_config,
              settings={"algorithm_gain": {"min_output_gain_db": 0.0}}),
-    _derived("llama_decoder_layer_prefill", "gptq_llama_decoder_layer_prefill", GPTQ_W8),
+    _derived("llama_mlp", "llama_universal_gptq_mlp_w4a16", UNIVERSAL_GPTQ_W4, build=build_mlp_anisotropic,
+             ptq_config=_w4a16_config, settings={"algorithm_gain": {"min_output_gain_db": 0.0}}),
+    _derived("llama_decoder_layer_prefill", "llama_gptq_decoder_layer_prefill", GPTQ_W8, nightly=True),
     # Outlier gains of 20 make the layer's outputs and attention logits ~20x larger than the plain
     # layer's: measured on tico 0.3.0 (native and ATEN_CPU_CAPABILITY=default alike) mean |diff| 0.659 /
     # PEIR 0.168 (default), 0.473 / 0.110 (export) with SmoothQuant, and SQNR 12.85 / 18.46 dB for
     # wrapq alone on the same layer (algorithm_gain reports the difference).
-    _derived("llama_decoder_layer_prefill", "smoothquant_llama_decoder_layer_prefill", SMOOTHQUANT,
+    _derived("llama_decoder_layer_prefill", "llama_smoothquant_decoder_layer_prefill", SMOOTHQUANT,
              build=build_decoder_layer_outliers,
              settings=merged_settings(_BASE["llama_decoder_layer_prefill"].settings,
                                       quant_accuracy={"max_mean_abs_diff": 0.8, "max_peir": 0.2})),

@@ -11,7 +11,7 @@ import torch
 from cases import algorithms, llama
 from tests.helpers import run_check
 
-GPTQ_MLP = {case.name: case for case in algorithms.CASES}["gptq_llama_mlp_w4a16"]
+GPTQ_MLP = {case.name: case for case in algorithms.CASES}["llama_gptq_mlp_w4a16"]
 
 
 def _smoothquant(model: torch.nn.Module, layer: torch.nn.Module, sample) -> None:
@@ -73,3 +73,27 @@ def test_gptq_on_few_calibration_tokens_fits_them_and_loses_on_new_inputs(monkey
     assert few.metrics["layer_gain_db_eval"] < 0
     assert few.metrics["output_gain_db"] < 0
     assert not few.passed
+
+
+def test_fpi_gptq_names_a_single_layer_s_linears_by_layer_index():
+    """FPIGPTQ keys its quantizers '<layer index>.<name>' when the model has no .model.layers
+    (fpi_gptq/quantizer.py, layer_prefix = str(l_idx)), where GPTQ uses the module's own name
+    ('gate_proj'); the wrappers' fp_names are the latter, so inject_gptq_qparams matches nothing
+    and tico's recipe stops ('no PTQ weight observer reused their qparams'). Renamed to the
+    module names, every observer takes FPIGPTQ's grid."""
+    from tico.quantization import convert, prepare
+    from tico.quantization.config.fpi_gptq import FPIGPTQConfig
+    from tico.quantization.config.ptq import PTQConfig
+    from tico.quantization.recipes.qparams import inject_gptq_qparams
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    torch.manual_seed(0)
+    mlp = LlamaMLP(llama.llama_config("tiny")).eval()
+    prepared = prepare(mlp, FPIGPTQConfig(show_progress=False), inplace=True)
+    for _ in range(4):
+        prepared(torch.randn(2, 5, 16))
+    convert(prepared, inplace=True)
+    assert set(mlp.quantizers) == {"0.gate_proj", "0.up_proj", "0.down_proj"}
+    assert inject_gptq_qparams(prepare(copy.deepcopy(mlp), PTQConfig()), mlp.quantizers)["matched"] == 0
+    renamed = {name.split(".", 1)[1]: quantizer for name, quantizer in mlp.quantizers.items()}
+    assert inject_gptq_qparams(prepare(copy.deepcopy(mlp), PTQConfig()), renamed)["matched"] == 3
