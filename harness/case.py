@@ -219,6 +219,9 @@ class Case:
     # profile -> its own limits with their source (python -m harness limits proposes them).
     profile_limits: Mapping[str, ProfileLimits] = field(default_factory=dict)
     ptq_config: Callable[[str], Any] = default_ptq_config
+    # a PTQ algorithm (GPTQ, SmoothQuant, ...) run on the float module before wrapq, with its
+    # handoff (harness/algorithm.py); switches on algorithm_handoff and algorithm_gain
+    algorithm: AlgorithmCapability | None = None
     output: Callable[[Any], torch.Tensor] = first_tensor
     # How to call the Hugging Face module when its signature differs from the wrapper's
     # (e.g. a 4-D mask where the wrapper takes 3-D). None: the same call as the wrapper.
@@ -230,9 +233,6 @@ class Case:
     mask: MaskCapability | None = None
     # the output is language-model logits (switches on the model-level language-model metrics)
     language_model: LanguageModelCapability | None = None
-    # a PTQ algorithm (GPTQ, SmoothQuant, ...) run on the float module before wrapq, with its
-    # handoff (harness/algorithm.py); switches on algorithm_handoff and algorithm_gain
-    algorithm: AlgorithmCapability | None = None
     # () -> why the case cannot run here (an optional dependency beyond ``requires``, with the
     # command that installs it), or None; looked up once per session.
     unavailable: Callable[[], str | None] | None = None
@@ -287,8 +287,11 @@ class Case:
         for attr in ("ptq_config", "output"):
             if not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable")
+        if self.algorithm is not None and not isinstance(self.algorithm, AlgorithmCapability):
+            raise CaseDefinitionError(name, "algorithm", f"must be AlgorithmCapability or None, got "
+                                      f"{type(self.algorithm).__name__}")
         for attr, kind in (("export", ExportCapability), ("rotary", RotaryCapability), ("mask", MaskCapability),
-                           ("language_model", LanguageModelCapability), ("algorithm", AlgorithmCapability)):
+                           ("language_model", LanguageModelCapability)):
             value = getattr(self, attr)
             if value is not None and not isinstance(value, kind):
                 raise CaseDefinitionError(name, attr, f"must be {kind.__name__} or None, got {type(value).__name__}")

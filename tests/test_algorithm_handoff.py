@@ -100,3 +100,17 @@ def test_gain_catches_gptq_rounding_down(monkeypatch):
     assert "layer reconstruction gain on the calibration inputs" in text
     assert "output SQNR gain over wrapq alone" in text
     assert run_check(GPTQ_MLP, "algorithm_handoff").passed
+
+
+def test_a_case_with_a_malformed_algorithm_is_a_definition_error():
+    import dataclasses
+
+    import pytest
+
+    from harness import CaseDefinitionError
+    from harness.algorithm import AlgorithmCapability
+
+    with pytest.raises(CaseDefinitionError, match="field 'algorithm'"):
+        dataclasses.replace(GPTQ_MLP, algorithm="gptq")
+    with pytest.raises(ValueError, match="unknown claims"):
+        AlgorithmCapability(name="gptq", run=lambda module, calibration, call: None, claims=("perplexity",))
