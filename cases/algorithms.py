@@ -223,6 +223,38 @@ SMOOTHQUANT = AlgorithmCapability(
 )
 
 
+def _npu(sample: Sample) -> Sample:
+    """The sample in tico's default (npu_export) RoPE convention: sin's first half negated."""
+    hidden, rope = sample.args
+    return Sample(args=(hidden, llama.pre_negate_sin(rope)), kwargs=sample.kwargs, valid_tokens=sample.valid_tokens)
+
+
+def build_attention_npu(profile: str) -> Built:
+    """The Llama attention case's module and inputs for tico's default PTQConfig, whose
+    npu_export profile folds the attention scale 1/sqrt(head_dim) into k_proj: GPTQ's k_proj
+    grid then reaches the wrapper through inject_gptq_qparams' fold multiplier."""
+    built = llama.build_attention(profile)
+    inputs = built.inputs
+    # The unrolled (npu_export) path fake-quantizes the new K/V (obs_new_k / obs_new_v) only when
+    # called with use_cache=True (llama/quant_attention.py:884-893 -> :672-673), and the prefill
+    # export adapter returns them: calibrated without it they keep scale 1e-8 and the exported
+    # K/V collapse (Circle 113 steps off). Calibrate and evaluate as the deployment runs.
+    with_cache = lambda s: dataclasses.replace(_npu(s), kwargs={**s.kwargs, "use_cache": True})  # noqa: E731
+    return Built(built.module, CaseInputs(calibration=tuple(with_cache(s) for s in inputs.calibration),
+                                          evaluation={k: with_cache(v) for k, v in inputs.evaluation.items()}))
+
+
+def _hf_attention_npu(reference: torch.nn.Module, sample: Sample):
+    """HF gets its own RoPE convention back (pre_negate_sin is its own inverse) and a 4-D mask."""
+    return llama._hf_with_4d_mask(reference, _npu(sample))
+
+
+def _default_ptq_config(profile: str):
+    from tico.quantization.config.ptq import PTQConfig
+
+    return PTQConfig()
+
+
 # The PR gate runs the cheap cases; a decoder layer's export and Circle conversion cost as much
 # as a Llama decoder-layer case, so the second one runs nightly at the same tiny sizes.
 NIGHTLY = "tiny_nightly"
@@ -252,6 +284,10 @@ CASES = [
     _derived("llama_mlp", "llama_universal_gptq_mlp_w4a16", UNIVERSAL_GPTQ_W4, build=build_mlp_anisotropic,
              ptq_config=_w4a16_config, settings={"algorithm_gain": {"min_output_gain_db": 0.0}}),
     _derived("llama_decoder_layer_prefill", "llama_gptq_decoder_layer_prefill", GPTQ_W8, nightly=True),
+    _derived("llama_attention_prefill", "llama_gptq_attention_prefill_npu", GPTQ_W8, build=build_attention_npu,
+             ptq_config=_default_ptq_config, reference_call=_hf_attention_npu,
+             unused_observers={**_BASE["llama_attention_prefill"].unused_observers,
+                               "obs_scale": llama._KEY_FOLD, "obs_logits_raw": llama._KEY_FOLD}),
     # Outlier gains of 20 make the layer's outputs and attention logits ~20x larger than the plain
     # layer's: measured on tico 0.3.0 (native and ATEN_CPU_CAPABILITY=default alike) mean |diff| 0.659 /
     # PEIR 0.168 (default), 0.473 / 0.110 (export) with SmoothQuant, and SQNR 12.85 / 18.46 dB for
