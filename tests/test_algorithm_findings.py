@@ -97,3 +97,28 @@ def test_fpi_gptq_names_a_single_layer_s_linears_by_layer_index():
     assert inject_gptq_qparams(prepare(copy.deepcopy(mlp), PTQConfig()), mlp.quantizers)["matched"] == 0
     renamed = {name.split(".", 1)[1]: quantizer for name, quantizer in mlp.quantizers.items()}
     assert inject_gptq_qparams(prepare(copy.deepcopy(mlp), PTQConfig()), renamed)["matched"] == 3
+
+
+def test_npu_export_attention_feeds_the_new_kv_observers_only_with_use_cache():
+    """The unrolled (npu_export) Llama attention fake-quantizes the new K/V it returns only when
+    called with use_cache=True (llama/quant_attention.py:884-893 -> :672-673); its prefill export
+    adapter returns them. Calibrated with the forward's default, obs_new_k keeps no statistics and
+    a ~1e-8 scale; with use_cache=True it is calibrated."""
+    from tico.quantization import convert, prepare
+    from tico.quantization.config.ptq import PTQConfig
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    torch.manual_seed(0)
+    config = llama.llama_config("tiny")
+    attention = LlamaAttention(config, layer_idx=0).eval()
+    samples = [algorithms._npu(llama._attention_sample(config, 2, 6)) for _ in range(2)]
+
+    def new_k_scale(use_cache: bool) -> float:
+        model = prepare(copy.deepcopy(attention), PTQConfig())
+        for sample in samples:
+            model(*sample.args, **sample.kwargs, use_cache=use_cache)
+        model = convert(model)
+        return float(model.wrapped.obs_new_k._cached_scale)
+
+    assert new_k_scale(False) < 1e-6
+    assert new_k_scale(True) > 1e-4

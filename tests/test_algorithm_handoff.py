@@ -114,3 +114,17 @@ def test_a_case_with_a_malformed_algorithm_is_a_definition_error():
         dataclasses.replace(GPTQ_MLP, algorithm="gptq")
     with pytest.raises(ValueError, match="unknown claims"):
         AlgorithmCapability(name="gptq", run=lambda module, calibration, call: None, claims=("perplexity",))
+
+
+def test_handoff_catches_gptq_scales_not_refolded_for_k_proj(monkeypatch):
+    """tico's default (npu_export) attention folds 1/sqrt(head_dim) into k_proj's weight, so
+    inject_gptq_qparams multiplies GPTQ's k_proj scale by the same factor. Without it the observer
+    puts the folded weight on GPTQ's unfolded grid."""
+    from tico.quantization.recipes import qparams
+
+    monkeypatch.setattr(qparams, "reused_weight_qparam_scale_multiplier", lambda module: 1.0)
+    result = run_check(BY_NAME["llama_gptq_attention_prefill_npu"], "algorithm_handoff")
+    text = problems_text(result)
+    assert not result.passed
+    assert "k_proj: the weight observer does not apply the algorithm's qparams" in text
+    assert "q_proj" not in text and "v_proj" not in text and "o_proj" not in text
