@@ -47,10 +47,12 @@ def gptq_run(config: str = "GPTQConfig", **gptq_options):
 
         from tico.quantization import convert, prepare
 
-        config_module = {"GPTQConfig": "gptq", "UniversalGPTQConfig": "gptq", "FPIGPTQConfig": "fpi_gptq"}[config]
+        config_module = {"GPTQConfig": "gptq", "UniversalGPTQConfig": "gptq", "FPIGPTQConfig": "fpi_gptq",
+                         "Qwen3VLGPTQConfig": "qwen3_vl_gptq"}[config]
         config_cls = getattr(importlib.import_module(f"tico.quantization.config.{config_module}"), config)
 
-        linears = {name: m for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
+        modules = dict(module.named_modules())
+        linears = {name: m for name, m in modules.items() if isinstance(m, torch.nn.Linear)}
         record = AlgorithmRecord(
             original_weights={name: m.weight.detach().clone() for name, m in linears.items()},
             # tico's GPTQ (v1) hooks every linear of the layer in one pass over the float layer,
@@ -62,13 +64,13 @@ def gptq_run(config: str = "GPTQConfig", **gptq_options):
             call(prepared, sample)
         convert(prepared, inplace=True)
         for name, quantizer in module.quantizers.items():
-            if name not in linears:
-                raise KeyError(f"{config} named a quantized module {name!r} the layer does not have "
+            if name not in modules:
+                raise KeyError(f"{config} named a quantized module {name!r} the module does not have "
                                f"(its linears: {sorted(linears)})")
             record.grids[name] = WeightGrid(scale=quantizer.scale.detach().reshape(-1).clone(),
                                             zero_point=quantizer.zero.detach().reshape(-1).clone(),
                                             qmax=int(quantizer.maxq))
-            record.weights[name] = linears[name].weight.detach().clone()
+            record.weights[name] = modules[name].weight.detach().clone()
         record.facts["gptq_config"] = {"class": config, **gptq_options}
         return record
 
@@ -297,3 +299,46 @@ CASES = [
              settings=merged_settings(_BASE["llama_decoder_layer_prefill"].settings,
                                       quant_accuracy={"max_mean_abs_diff": 0.8, "max_peir": 0.2})),
 ]
+
+
+# --- Qwen3-VL: tico's model-specific GPTQ on the whole tiny model (nightly) ---------------------
+
+from cases import qwen3_vl_text  # noqa: E402
+from harness import Expected  # noqa: E402
+
+_QWEN_BASE = {case.name: case for case in qwen3_vl_text.CASES}["qwen3_vl_for_conditional_generation"]
+
+QWEN3_VL_GPTQ = AlgorithmCapability(
+    name="qwen3_vl_gptq",
+    run=gptq_run("Qwen3VLGPTQConfig"),
+    handoff=gptq_handoff,
+    claims=("layer_reconstruction",),
+    description="tico's Qwen3VLGPTQ (stagewise, vision then text) on the whole model, then wrapq's PTQConfig",
+)
+
+# QuantQwen3VLVisionAttention folds 1/sqrt(head_dim) into the K rows of the fused qkv weight in
+# place (qwen_vl/quant_vision_attention.py:61-71) and records no reused-qparam multiplier for it
+# (the Llama wrapper does, llama/quant_attention.py:45-70; a fold that is not one uniform factor
+# is to be marked so the handoff refuses, utils/linear_folding.py). inject_gptq_qparams therefore
+# locks GPTQ's unfolded per-channel scales onto the folded K rows: they use 1/sqrt(head_dim) of
+# GPTQ's grid, and the deployed model loses log2(sqrt(head_dim)) bits on every K row.
+QWEN_VISION_QKV_FOLD = Expected(
+    "QuantQwen3VLVisionAttention folds the attention scale into the K rows of qkv (qwen_vl/quant_vision_attention.py:"
+    "61-71) without the reused-qparam multiplier the Llama wrapper records (llama/quant_attention.py:45-70), so "
+    "inject_gptq_qparams locks GPTQ's unfolded scales onto the folded K rows "
+    "(tests/test_algorithm_findings.py)",
+    problems=(r"model\.visual\.blocks\.\d+\.attn\.qkv: the weight observer does not apply the algorithm's qparams",
+              r"model\.visual\.blocks\.\d+\.attn\.qkv: QUANT fake-quant gives \d+ of \d+ integer codes other than "
+              r"the algorithm's"),
+)
+
+CASES.append(dataclasses.replace(
+    _QWEN_BASE, name="qwen3_vl_gptq_for_conditional_generation", algorithm=QWEN3_VL_GPTQ,
+    description=QWEN3_VL_GPTQ.description, profiles=(NIGHTLY,), golden_profiles=(NIGHTLY,),
+    build=lambda profile: _QWEN_BASE.build("tiny"),
+    expected_failures={**_QWEN_BASE.expected_failures, "algorithm_handoff": QWEN_VISION_QKV_FOLD},
+    not_applicable={**_QWEN_BASE.not_applicable, "ptq_overrides": (
+        "its override target is the patch embedding's weight observer, which GPTQ hands an 8-bit grid: "
+        "inject_gptq_qparams refuses an int16 observer by design (recipes/qparams.py:102, 'qparam reuse does not "
+        "convert bit widths')")},
+))

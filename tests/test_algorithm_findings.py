@@ -122,3 +122,41 @@ def test_npu_export_attention_feeds_the_new_kv_observers_only_with_use_cache():
 
     assert new_k_scale(False) < 1e-6
     assert new_k_scale(True) > 1e-4
+
+
+def test_qwen3_vl_vision_qkv_fold_is_missing_from_the_gptq_handoff(monkeypatch):
+    """Qwen3-VL's vision attention folds head_dim**-0.5 into the K rows of qkv without recording
+    it for qparam reuse, so GPTQ's K-row scales land unfolded (the only handoff problems of the
+    whole model). Scaling exactly those rows' injected scales by the fold removes every one."""
+    import dataclasses
+
+    from tico.quantization.recipes import qparams
+
+    case = dataclasses.replace({c.name: c for c in algorithms.CASES}["qwen3_vl_gptq_for_conditional_generation"],
+                               export=None)
+    broken = run_check(case, "algorithm_handoff", profile=algorithms.NIGHTLY)
+    assert broken.problems and all(".attn.qkv:" in p for p in broken.problems), broken.problems
+
+    original = qparams._validated_gptq_qparams
+
+    def refolded(module, obs, quantizer):
+        obs_, scale, zero = original(module, obs, quantizer)
+        if module.fp_name.endswith("attn.qkv"):
+            rows = scale.numel() // 3
+            scale = scale.clone()
+            scale[rows: 2 * rows] *= FOLD[module.fp_name]
+        return obs_, scale, zero
+
+    FOLD = {}
+    from tico.quantization.wrapq.wrappers.qwen_vl.quant_vision_attention import QuantQwen3VLVisionAttention
+
+    original_init = QuantQwen3VLVisionAttention.__init__
+
+    def recording_init(self, attn_fp, *args, **kwargs):
+        original_init(self, attn_fp, *args, **kwargs)
+        FOLD[self.qkv.wrapped.fp_name] = float(getattr(attn_fp, "scaling", self.head_dim ** -0.5))
+
+    monkeypatch.setattr(QuantQwen3VLVisionAttention, "__init__", recording_init)
+    monkeypatch.setattr(qparams, "_validated_gptq_qparams", refolded)
+    fixed = run_check(case, "algorithm_handoff", profile=algorithms.NIGHTLY)
+    assert FOLD and fixed.passed, fixed.problems

@@ -79,6 +79,9 @@ def run(pipeline) -> CheckResult:
         evaluation = tuple(pipeline.sample(name) for name in pipeline.built.inputs.evaluation)
         eval_inputs = capture_linear_inputs(pipeline.built.module, evaluation, call)
         for name, quantized in sorted(record.grids.items()):
+            if name not in record.layer_inputs:
+                result.notes.append(f"{name}: not a linear, its reconstruction is not measured")
+                continue
             weight, calib = record.original_weights.get(name), record.layer_inputs.get(name)
             if weight is None or calib is None or name not in baseline:
                 result.fail(f"{name}: no original weight, calibration input or wrapq-alone weight to compare")
