@@ -133,7 +133,11 @@ def run(pipeline) -> CheckResult:
                                 f"{tuple(expected.shape)} -> {tuple(weight.shape)}")
             expected = expected.reshape(weight.shape)
         factors = _fold_factors(weight, expected)
-        folded = bool(((factors - 1.0).abs() > WEIGHT_REL_EQUAL).any())
+        moved = (factors - 1.0).abs() > WEIGHT_REL_EQUAL
+        # A fold is one constant on some output channels of a matrix (an attention scale in
+        # k_proj, or in the K rows of a fused qkv); any other rescaling is a different weight.
+        folded = bool(moved.any()) and weight.dim() >= 2 and bool(
+            ((factors[moved] - factors[moved][0]).abs() <= WEIGHT_REL_EQUAL * factors[moved][0].abs()).all())
         shape = (-1,) + (1,) * (weight.dim() - 1)
         target = (expected.double() * factors.reshape(shape)).to(expected.dtype) if folded else expected
         rel = float((weight - target).abs().max() / target.abs().max().clamp(min=1e-30))
@@ -141,7 +145,7 @@ def run(pipeline) -> CheckResult:
         row.update({"weight_max_rel_diff": rel, "fold_factors": distinct})
         compared += 1
         if folded:
-            rows_folded = int(((factors - 1.0).abs() > WEIGHT_REL_EQUAL).sum())
+            rows_folded = int(moved.sum())
             result.notes.append(f"{name}: the wrapper holds the algorithm's weight with {rows_folded} of "
                                 f"{factors.numel()} output channels folded by {', '.join(f'{f:g}' for f in distinct if f != 1.0)}")
         if rel > WEIGHT_REL_EQUAL:
