@@ -334,7 +334,10 @@ QWEN_VISION_QKV_FOLD = Expected(
 
 CASES.append(dataclasses.replace(
     _QWEN_BASE, name="qwen3_vl_gptq_for_conditional_generation", algorithm=QWEN3_VL_GPTQ,
-    description=QWEN3_VL_GPTQ.description, profiles=(NIGHTLY,), golden_profiles=(NIGHTLY,),
+    # No golden: GPTQ's sequential rounding turns the float differences between kernel selections
+    # into different codes on the whole model; under ATEN_CPU_CAPABILITY=default the output moved
+    # 0.93 of its own quantization error from the native golden (limit 0.5). Its limits gate.
+    description=QWEN3_VL_GPTQ.description, profiles=(NIGHTLY,), golden_profiles=(),
     build=lambda profile: _QWEN_BASE.build("tiny"),
     expected_failures={**_QWEN_BASE.expected_failures, "algorithm_handoff": QWEN_VISION_QKV_FOLD},
     not_applicable={**_QWEN_BASE.not_applicable, "ptq_overrides": (
