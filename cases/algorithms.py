@@ -27,8 +27,8 @@ import dataclasses
 
 import torch
 
-from harness import Built, CaseInputs, Sample, merged_settings
-from harness.algorithm import AlgorithmCapability, AlgorithmRecord, WeightGrid, capture_linear_inputs
+from harness import (AlgorithmCapability, AlgorithmRecord, Built, CaseInputs, Sample, WeightGrid,
+                     capture_linear_inputs, merged_settings)
 
 from cases import llama
 
@@ -55,8 +55,10 @@ def gptq_run(config: str = "GPTQConfig", **gptq_options):
         linears = {name: m for name, m in modules.items() if isinstance(m, torch.nn.Linear)}
         record = AlgorithmRecord(
             original_weights={name: m.weight.detach().clone() for name, m in linears.items()},
-            # tico's GPTQ (v1) hooks every linear of the layer in one pass over the float layer,
-            # so each linear's calibration input is the float one captured here.
+            # On one layer tico's GPTQ hooks every linear in one pass over the float layer, so each
+            # linear's calibration input is the float one captured here. On a whole model
+            # (Qwen3VLGPTQ) a later layer's GPTQ reads the quantized outputs of the layers before
+            # it: algorithm_gain then measures it on the float inputs, a nearby objective.
             layer_inputs=capture_linear_inputs(module, calibration, call),
         )
         prepared = prepare(module, config_cls(show_progress=False, **gptq_options), inplace=True)
