@@ -3,6 +3,7 @@
 What a case file or an out-of-tree check needs is exported here (README "Writing a case",
 "Writing a check"); the rest of the package is the harness's own."""
 
+from harness.algorithm import AlgorithmCapability, AlgorithmRecord, WeightGrid, capture_linear_inputs
 from harness.case import (
     Built,
     Case,
@@ -55,3 +56,4 @@ __all__ = [
     "unwrap",
     "whole_module_export",
 ]
+__all__ += ["AlgorithmCapability", "AlgorithmRecord", "WeightGrid", "capture_linear_inputs"]

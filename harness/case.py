@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 import torch
 from packaging.version import InvalidVersion, Version
 
+from harness.algorithm import AlgorithmCapability
 from harness.expectations import Expected
 from harness.sweep import Sweep, Variant
 
@@ -219,6 +220,9 @@ class Case:
     # profile -> its own limits with their source (python -m harness limits proposes them).
     profile_limits: Mapping[str, ProfileLimits] = field(default_factory=dict)
     ptq_config: Callable[[str], Any] = default_ptq_config
+    # a PTQ algorithm (GPTQ, SmoothQuant, ...) run on the float module before wrapq, with its
+    # handoff (harness/algorithm.py); switches on algorithm_handoff and algorithm_gain
+    algorithm: AlgorithmCapability | None = None
     output: Callable[[Any], torch.Tensor] = first_tensor
     # How to call the Hugging Face module when its signature differs from the wrapper's
     # (e.g. a 4-D mask where the wrapper takes 3-D). None: the same call as the wrapper.
@@ -289,6 +293,9 @@ class Case:
         for attr in ("ptq_config", "output"):
             if not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable")
+        if self.algorithm is not None and not isinstance(self.algorithm, AlgorithmCapability):
+            raise CaseDefinitionError(name, "algorithm", f"must be AlgorithmCapability or None, got "
+                                      f"{type(self.algorithm).__name__}")
         for attr, kind in (("export", ExportCapability), ("rotary", RotaryCapability), ("mask", MaskCapability),
                            ("language_model", LanguageModelCapability)):
             value = getattr(self, attr)

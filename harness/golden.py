@@ -149,6 +149,8 @@ def input_hash(pipeline: Pipeline) -> str:
     h = hashlib.sha256()
     case = pipeline.case
     h.update(f"{case.name}|{pipeline.profile}|{case.seed}|{pipeline.ptq_config!r}".encode())
+    if case.algorithm is not None:  # what runs before wrapq (harness/algorithm.py) is declared too
+        h.update(f"|algorithm {case.algorithm.name}: {case.algorithm.description}".encode())
     for label, value in _declared_tensors(pipeline):
         h.update(label.encode())
         if not isinstance(value, torch.Tensor):

@@ -101,7 +101,15 @@ class Pipeline(StageEngine):
             built, cfg = self.built, self.ptq_config
             do_prepare = self.case.prepare or (lambda module, c: prepare(module, c, inplace=True))
             do_convert = self.case.convert or (lambda module: convert(module, inplace=True))
-            prepared = self._stage("prepare", lambda: do_prepare(copy.deepcopy(built.module), cfg))
+            algorithm = self.case.algorithm
+            if algorithm is None:
+                prepared = self._stage("prepare", lambda: do_prepare(copy.deepcopy(built.module), cfg))
+            else:
+                # the algorithm's module is consumed by prepare; its record stays with the pipeline
+                module, record = self._algorithm_applied()
+                prepared = self._stage("prepare", lambda: do_prepare(module, cfg))
+                if algorithm.handoff is not None:
+                    self._stage("handoff", lambda: algorithm.handoff(prepared, module, record))
 
             def calibrate() -> None:
                 for sample in built.inputs.calibration:
@@ -112,12 +120,57 @@ class Pipeline(StageEngine):
 
         return self._stage("quantized", compute)
 
+    def _algorithm_applied(self) -> tuple[torch.nn.Module, Any]:
+        """The case's algorithm run on a private float copy with the calibration samples (once)."""
+
+        def compute() -> tuple[torch.nn.Module, Any]:
+            module = copy.deepcopy(self.built.module)
+            call = self.case.reference_call or (lambda m, sample: sample.call(m))
+            record = self.case.algorithm.run(module, self.built.inputs.calibration, call)
+            return module.eval(), record
+
+        return self._stage("algorithm", compute)
+
+    @property
+    def algorithm_record(self) -> Any:
+        """What the case's algorithm computed (harness.algorithm.AlgorithmRecord)."""
+        _ = self.quantized
+        return self._algorithm_applied()[1]
+
+    @property
+    def ptq_alone(self) -> torch.nn.Module:
+        """The same PTQ flow without the case's algorithm: what the algorithm is measured against."""
+        return self._stage("ptq_alone", lambda: self.ptq_flow(self.ptq_config, with_algorithm=False))
+
+    def ptq_flow(self, cfg: Any, *, with_algorithm: bool = True) -> torch.nn.Module:
+        """The case's flow on a fresh float copy with ``cfg``, unmemoised (for checks that vary the
+        config): [algorithm ->] prepare -> [handoff ->] calibrate -> convert."""
+        from tico.quantization import convert, prepare
+
+        built, algorithm = self.built, self.case.algorithm if with_algorithm else None
+        do_prepare = self.case.prepare or (lambda module, c: prepare(module, c, inplace=True))
+        do_convert = self.case.convert or (lambda module: convert(module, inplace=True))
+        module = copy.deepcopy(built.module)
+        record = None
+        if algorithm is not None:
+            call = self.case.reference_call or (lambda m, sample: sample.call(m))
+            record = algorithm.run(module, built.inputs.calibration, call)
+        prepared = do_prepare(module, cfg)
+        if algorithm is not None and algorithm.handoff is not None:
+            algorithm.handoff(prepared, module, record)
+        with torch.no_grad():
+            for sample in built.inputs.calibration:
+                sample.call(prepared)
+        return do_convert(prepared).eval()
+
     def output(self, which: str, sample_name: str) -> torch.Tensor:
-        """Output tensor of 'reference', 'noquant' or 'quant' for an evaluation sample."""
+        """Output tensor of 'reference', 'noquant', 'quant' or 'ptq_alone' (the case's PTQ flow
+        without its algorithm) for an evaluation sample."""
         modules = {
             "reference": lambda: self.built.module,
             "noquant": lambda: self.wrapped,
             "quant": lambda: self.quantized,
+            "ptq_alone": lambda: self.ptq_alone,
         }
         sample = self.sample(sample_name)
         reference_call = self.case.reference_call

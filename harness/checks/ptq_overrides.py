@@ -46,7 +46,6 @@ def _override_target(root) -> tuple[str, list[str], object] | None:
 
 
 def run(pipeline) -> CheckResult:
-    from tico.quantization import convert, prepare
     from tico.quantization.wrapq.dtypes import INT16, UINT8
 
     result = CheckResult()
@@ -68,12 +67,8 @@ def run(pipeline) -> CheckResult:
     node[target.name] = dict(kept, dtype=new_dtype)
     cfg.overrides = overrides
     cfg.normalize_overrides()
-    case = pipeline.case
-    model = (case.prepare or (lambda m, c: prepare(m, c, inplace=True)))(copy.deepcopy(pipeline.built.module), cfg)
-    with torch.no_grad():
-        for sample in pipeline.built.inputs.calibration:
-            sample.call(model)
-    model = (case.convert or (lambda m: convert(m, inplace=True)))(model)
+    # the case's whole flow (its algorithm and handoff included) with the overridden config
+    model = pipeline.ptq_flow(cfg)
     after = _qparams(model)
     label = ".".join(scope + [target.name])
     result.evidence.update({"overridden": path, "override": {label: str(new_dtype)}})

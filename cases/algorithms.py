@@ -1,0 +1,349 @@
+"""PTQ algorithms before wrapq: GPTQ and SmoothQuant handed to the Llama wrappers.
+
+Each case runs the sequence tico's own recipe and examples run (recipes/stages/gptq.py, ptq.py;
+wrapq/examples/quantize_with_gptq.py): the algorithm on the float module through
+``tico.quantization.prepare/convert`` with the algorithm's config and the case's calibration
+samples, then ``prepare(module, PTQConfig(...))``, the handoff (GPTQ: tico's
+``inject_gptq_qparams`` locks GPTQ's scale / zero-point into every weight observer; SmoothQuant:
+nothing, its scales are folded into the weights), calibration and ``convert``. Every generic
+check runs on the result; ``algorithm_handoff`` proves the wrappers and the Circle model hold
+what the algorithm computed and ``algorithm_gain`` measures the algorithm's claim against the
+same PTQ flow without it.
+
+GPTQ's quantizers are read from the float module GPTQ converted, before PTQ prepare: on a
+single layer, tico's ``find_gptq_quantizers`` finds none after prepare (the layer wrappers keep
+the float module's children, not the module that carries ``quantizers``; only the causal-LM
+wrapper copies them, llama/quant_model_for_causal_lm.py:52).
+
+SmoothQuant runs on the layer held under a parent module, as a model holds it: on the bare
+layer tico's ``apply_smoothing`` looks its statistics up as ``name + ".self_attn.q_proj"``
+with ``name == ""`` and raises KeyError('.self_attn.q_proj') (smooth_quant.py,
+``_apply_if_llama_decoder``; tests/test_algorithm_findings.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from harness import (AlgorithmCapability, AlgorithmRecord, Built, CaseInputs, Sample, WeightGrid,
+                     capture_linear_inputs, merged_settings)
+
+from cases import llama
+
+_BASE = {case.name: case for case in llama.CASES}
+
+
+# --- GPTQ -------------------------------------------------------------------------------------
+
+
+def gptq_run(config: str = "GPTQConfig", **gptq_options):
+    """A GPTQ variant (``config``: its config class in tico.quantization.config) through tico's
+    public prepare/convert, recording its grids and output weights."""
+
+    def run(module: torch.nn.Module, calibration: tuple, call) -> AlgorithmRecord:
+        import importlib
+
+        from tico.quantization import convert, prepare
+
+        config_module = {"GPTQConfig": "gptq", "UniversalGPTQConfig": "gptq", "FPIGPTQConfig": "fpi_gptq",
+                         "Qwen3VLGPTQConfig": "qwen3_vl_gptq"}[config]
+        config_cls = getattr(importlib.import_module(f"tico.quantization.config.{config_module}"), config)
+
+        modules = dict(module.named_modules())
+        linears = {name: m for name, m in modules.items() if isinstance(m, torch.nn.Linear)}
+        record = AlgorithmRecord(
+            original_weights={name: m.weight.detach().clone() for name, m in linears.items()},
+            # On one layer tico's GPTQ hooks every linear in one pass over the float layer, so each
+            # linear's calibration input is the float one captured here. On a whole model
+            # (Qwen3VLGPTQ) a later layer's GPTQ reads the quantized outputs of the layers before
+            # it: algorithm_gain then measures it on the float inputs, a nearby objective.
+            layer_inputs=capture_linear_inputs(module, calibration, call),
+        )
+        prepared = prepare(module, config_cls(show_progress=False, **gptq_options), inplace=True)
+        for sample in calibration:
+            call(prepared, sample)
+        convert(prepared, inplace=True)
+        for name, quantizer in module.quantizers.items():
+            if name not in modules:
+                raise KeyError(f"{config} named a quantized module {name!r} the module does not have "
+                               f"(its linears: {sorted(linears)})")
+            record.grids[name] = WeightGrid(scale=quantizer.scale.detach().reshape(-1).clone(),
+                                            zero_point=quantizer.zero.detach().reshape(-1).clone(),
+                                            qmax=int(quantizer.maxq))
+            record.weights[name] = modules[name].weight.detach().clone()
+        record.facts["gptq_config"] = {"class": config, **gptq_options}
+        return record
+
+    return run
+
+
+def gptq_handoff(prepared: torch.nn.Module, module: torch.nn.Module, record: AlgorithmRecord) -> None:
+    """tico's GPTQ -> PTQ handoff, as its recipe's PTQ stage runs it."""
+    from tico.quantization.recipes.qparams import inject_gptq_qparams
+
+    stats = inject_gptq_qparams(prepared, module.quantizers)
+    if stats["matched"] == 0:
+        raise RuntimeError(f"inject_gptq_qparams matched no weight observer: {stats}")
+    record.facts["inject_gptq_qparams"] = stats
+
+
+def _w4a16_config(profile: str):
+    """GPTQ's usual deployment: 4-bit weights on GPTQ's unsigned per-channel grid, int16 activations."""
+    from tico.quantization.config.ptq import PTQConfig
+    from tico.quantization.config.specs import affine
+    from tico.quantization.wrapq.dtypes import INT16, UINT4
+    from tico.quantization.wrapq.qscheme import QScheme
+
+    return PTQConfig(activation=affine(INT16, qscheme=QScheme.PER_TENSOR_SYMM),
+                     weight=affine(UINT4, qscheme=QScheme.PER_CHANNEL_ASYMM))
+
+
+MLP_CALIBRATION = 64
+
+
+def build_mlp_anisotropic(profile: str) -> Built:
+    """A Llama MLP fed hidden states with unequal channel scales, as a norm's gains make them
+    (GPTQ has nothing to exploit on isotropic inputs: its Hessian is then a multiple of the
+    identity and its rounding is round-to-nearest's). 64 calibration samples (640 tokens, 20x the
+    widest linear input): with 4 (40 tokens) GPTQ fits the calibration inputs and loses on new
+    ones (tests/test_algorithm_findings.py)."""
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    config = llama.llama_config(profile)
+    module = LlamaMLP(config)
+    gains = torch.rand(config.hidden_size) * 3 + 0.1
+    sample = lambda batch: Sample(args=(torch.randn(batch, 5, config.hidden_size) * gains,))  # noqa: E731
+    calibration = tuple(sample(2) for _ in range(MLP_CALIBRATION))
+    return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample(8)}),
+                 facts={"channel_gains": gains})
+
+
+GPTQ_W4 = AlgorithmCapability(
+    name="gptq",
+    run=gptq_run(weight_bits=4),
+    handoff=gptq_handoff,
+    claims=("layer_reconstruction", "output_sqnr"),
+    description="GPTQ 4-bit per-channel asymmetric weights (actorder, percdamp 0.01), then wrapq W4A16",
+)
+GPTQ_W8 = AlgorithmCapability(
+    name="gptq",
+    run=gptq_run(),
+    handoff=gptq_handoff,
+    claims=("layer_reconstruction",),
+    description="GPTQ with tico's default GPTQConfig (8-bit per-channel asymmetric), then wrapq's default PTQConfig",
+)
+
+
+# --- SmoothQuant ------------------------------------------------------------------------------
+
+
+SMOOTHQUANT_ALPHA = 0.5
+
+
+class _Model(torch.nn.Module):
+    """The decoder layer where a model holds it (``layer``), so tico's SmoothQuant finds it."""
+
+    def __init__(self, layer: torch.nn.Module):
+        super().__init__()
+        self.layer = layer
+
+
+def _smoothing(amax: torch.Tensor, back: list[torch.Tensor], alpha: float) -> torch.Tensor:
+    """SmoothQuant's per-channel scale (Xiao et al. 2023, eq. 4), the harness's own implementation:
+    s_j = max|X_j|^alpha / max_k |W_kj|^(1-alpha) over every linear the norm feeds."""
+    w_max = torch.stack([w.abs().amax(dim=0) for w in back]).amax(dim=0).clamp(min=1e-5)
+    return (amax.pow(alpha) / w_max.pow(1 - alpha)).clamp(min=1e-5)
+
+
+def _first(output):
+    return output[0] if isinstance(output, tuple) else output
+
+
+def smoothquant_run(alpha: float = SMOOTHQUANT_ALPHA):
+    """SmoothQuant through tico's public prepare/convert; the record holds the weights the
+    harness expects from the paper's folding, computed independently of tico."""
+
+    def run(module: torch.nn.Module, calibration: tuple, call) -> AlgorithmRecord:
+        from tico.quantization import convert, prepare
+        from tico.quantization.config.smoothquant import SmoothQuantConfig
+
+        pairs = {"input_layernorm": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                 "post_attention_layernorm": ("mlp.gate_proj", "mlp.up_proj")}
+        params = dict(module.named_parameters())
+        before = {name: p.detach().clone() for name, p in params.items()}
+        inputs = capture_linear_inputs(module, calibration, call)
+        with torch.no_grad():
+            float_before = [_first(call(module, sample)) for sample in calibration]
+        record = AlgorithmRecord(original_weights={name[: -len(".weight")]: w for name, w in before.items()
+                                                   if name.endswith(".weight")},
+                                 layer_inputs=inputs)
+        scales = {}
+        for norm, linears in pairs.items():
+            s = _smoothing(inputs[linears[0]].abs().amax(dim=0), [before[f"{n}.weight"] for n in linears], alpha)
+            scales[norm] = s
+            record.weights[norm] = before[f"{norm}.weight"] / s
+            for name in linears:
+                record.weights[name] = before[f"{name}.weight"] * s.view(1, -1)
+
+        holder = prepare(_Model(module), SmoothQuantConfig(alpha=alpha), inplace=True)
+        for sample in calibration:
+            call(module, sample)
+        convert(holder, inplace=True)
+        with torch.no_grad():
+            float_after = [_first(call(module, sample)) for sample in calibration]
+        # smoothing is an identity of the float model
+        record.float_max_rel_diff = max(float((after - ref).abs().max() / ref.abs().max())
+                                        for after, ref in zip(float_after, float_before))
+        record.facts.update({
+            "alpha": alpha,
+            "smoothing_scale_range": {k: [float(v.min()), float(v.max())] for k, v in scales.items()},
+        })
+        return record
+
+    return run
+
+
+def build_decoder_layer_outliers(profile: str) -> Built:
+    """The Llama decoder layer with a few outlier channels in its norms' gains, as trained LLMs
+    have (the activation outliers SmoothQuant migrates into the weights); without them a
+    random layer's activations are flat and there is nothing to smooth."""
+    built = llama.build_decoder_layer(profile)
+    layer = built.module
+    hidden = layer.input_layernorm.weight.numel()
+    with torch.no_grad():
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+            outliers = torch.randperm(hidden)[:2]
+            norm.weight[outliers] = 20.0
+    return built
+
+
+SMOOTHQUANT = AlgorithmCapability(
+    name="smoothquant",
+    run=smoothquant_run(),
+    claims=("float_identity",),
+    description=f"SmoothQuant alpha {SMOOTHQUANT_ALPHA} on both norm -> linear pairs, then wrapq's PTQConfig",
+)
+
+
+def _npu(sample: Sample) -> Sample:
+    """The sample in tico's default (npu_export) RoPE convention: sin's first half negated."""
+    hidden, rope = sample.args
+    return Sample(args=(hidden, llama.pre_negate_sin(rope)), kwargs=sample.kwargs, valid_tokens=sample.valid_tokens)
+
+
+def build_attention_npu(profile: str) -> Built:
+    """The Llama attention case's module and inputs for tico's default PTQConfig, whose
+    npu_export profile folds the attention scale 1/sqrt(head_dim) into k_proj: GPTQ's k_proj
+    grid then reaches the wrapper through inject_gptq_qparams' fold multiplier."""
+    built = llama.build_attention(profile)
+    inputs = built.inputs
+    # The unrolled (npu_export) path fake-quantizes the new K/V (obs_new_k / obs_new_v) only when
+    # called with use_cache=True (llama/quant_attention.py:884-893 -> :672-673), and the prefill
+    # export adapter returns them: calibrated without it they keep scale 1e-8 and the exported
+    # K/V collapse (Circle 113 steps off). Calibrate and evaluate as the deployment runs.
+    with_cache = lambda s: dataclasses.replace(_npu(s), kwargs={**s.kwargs, "use_cache": True})  # noqa: E731
+    return Built(built.module, CaseInputs(calibration=tuple(with_cache(s) for s in inputs.calibration),
+                                          evaluation={k: with_cache(v) for k, v in inputs.evaluation.items()}))
+
+
+def _hf_attention_npu(reference: torch.nn.Module, sample: Sample):
+    """HF gets its own RoPE convention back (pre_negate_sin is its own inverse) and a 4-D mask."""
+    return llama._hf_with_4d_mask(reference, _npu(sample))
+
+
+def _default_ptq_config(profile: str):
+    from tico.quantization.config.ptq import PTQConfig
+
+    return PTQConfig()
+
+
+# The PR gate runs the cheap cases; a decoder layer's export and Circle conversion cost as much
+# as a Llama decoder-layer case, so the second one runs nightly at the same tiny sizes.
+NIGHTLY = "tiny_nightly"
+
+
+def _derived(base: str, name: str, algorithm: AlgorithmCapability, nightly: bool = False, **changes):
+    """A Llama case's module, inputs, export and diagnoses, with an algorithm before wrapq."""
+    case = _BASE[base]
+    if nightly:
+        build = changes.pop("build", case.build)
+        changes.update(build=lambda profile: build("tiny"), profiles=(NIGHTLY,), golden_profiles=(NIGHTLY,))
+    return dataclasses.replace(case, name=name, algorithm=algorithm,
+                               description=algorithm.description, **changes)
+
+
+UNIVERSAL_GPTQ_W4 = AlgorithmCapability(
+    name="universal_gptq",
+    run=gptq_run("UniversalGPTQConfig", weight_bits=4),
+    handoff=gptq_handoff,
+    claims=("layer_reconstruction", "output_sqnr"),
+    description="tico's model-agnostic UniversalGPTQ, 4-bit per-channel asymmetric weights, then wrapq W4A16",
+)
+
+CASES = [
+    _derived("llama_mlp", "llama_gptq_mlp_w4a16", GPTQ_W4, build=build_mlp_anisotropic, ptq_config=_w4a16_config,
+             settings={"algorithm_gain": {"min_output_gain_db": 0.0}}),
+    _derived("llama_mlp", "llama_universal_gptq_mlp_w4a16", UNIVERSAL_GPTQ_W4, build=build_mlp_anisotropic,
+             ptq_config=_w4a16_config, settings={"algorithm_gain": {"min_output_gain_db": 0.0}}),
+    _derived("llama_decoder_layer_prefill", "llama_gptq_decoder_layer_prefill", GPTQ_W8, nightly=True),
+    _derived("llama_attention_prefill", "llama_gptq_attention_prefill_npu", GPTQ_W8, build=build_attention_npu,
+             ptq_config=_default_ptq_config, reference_call=_hf_attention_npu,
+             unused_observers={**_BASE["llama_attention_prefill"].unused_observers,
+                               "obs_scale": llama._KEY_FOLD, "obs_logits_raw": llama._KEY_FOLD}),
+    # Outlier gains of 20 make the layer's outputs and attention logits ~20x larger than the plain
+    # layer's: measured on tico 0.3.0 (native and ATEN_CPU_CAPABILITY=default alike) mean |diff| 0.659 /
+    # PEIR 0.168 (default), 0.473 / 0.110 (export) with SmoothQuant, and SQNR 12.85 / 18.46 dB for
+    # wrapq alone on the same layer (algorithm_gain reports the difference).
+    _derived("llama_decoder_layer_prefill", "llama_smoothquant_decoder_layer_prefill", SMOOTHQUANT,
+             build=build_decoder_layer_outliers,
+             settings=merged_settings(_BASE["llama_decoder_layer_prefill"].settings,
+                                      quant_accuracy={"max_mean_abs_diff": 0.8, "max_peir": 0.2})),
+]
+
+
+# --- Qwen3-VL: tico's model-specific GPTQ on the whole tiny model (nightly) ---------------------
+
+from cases import qwen3_vl_text  # noqa: E402
+from harness import Expected  # noqa: E402
+
+_QWEN_BASE = {case.name: case for case in qwen3_vl_text.CASES}["qwen3_vl_for_conditional_generation"]
+
+QWEN3_VL_GPTQ = AlgorithmCapability(
+    name="qwen3_vl_gptq",
+    run=gptq_run("Qwen3VLGPTQConfig"),
+    handoff=gptq_handoff,
+    claims=("layer_reconstruction",),
+    description="tico's Qwen3VLGPTQ (stagewise, vision then text) on the whole model, then wrapq's PTQConfig",
+)
+
+# QuantQwen3VLVisionAttention folds 1/sqrt(head_dim) into the K rows of the fused qkv weight in
+# place (qwen_vl/quant_vision_attention.py:61-71) and records no reused-qparam multiplier for it
+# (the Llama wrapper does, llama/quant_attention.py:45-70; a fold that is not one uniform factor
+# is to be marked so the handoff refuses, utils/linear_folding.py). inject_gptq_qparams therefore
+# locks GPTQ's unfolded per-channel scales onto the folded K rows: they use 1/sqrt(head_dim) of
+# GPTQ's grid, and the deployed model loses log2(sqrt(head_dim)) bits on every K row.
+QWEN_VISION_QKV_FOLD = Expected(
+    "QuantQwen3VLVisionAttention folds the attention scale into the K rows of qkv (qwen_vl/quant_vision_attention.py:"
+    "61-71) without the reused-qparam multiplier the Llama wrapper records (llama/quant_attention.py:45-70), so "
+    "inject_gptq_qparams locks GPTQ's unfolded scales onto the folded K rows "
+    "(tests/test_algorithm_findings.py)",
+    problems=(r"model\.visual\.blocks\.\d+\.attn\.qkv: the weight observer does not apply the algorithm's qparams",
+              r"model\.visual\.blocks\.\d+\.attn\.qkv: QUANT fake-quant gives \d+ of \d+ integer codes other than "
+              r"the algorithm's"),
+)
+
+CASES.append(dataclasses.replace(
+    _QWEN_BASE, name="qwen3_vl_gptq_for_conditional_generation", algorithm=QWEN3_VL_GPTQ,
+    # No golden: GPTQ's sequential rounding turns the float differences between kernel selections
+    # into different codes on the whole model; under ATEN_CPU_CAPABILITY=default the output moved
+    # 0.93 of its own quantization error from the native golden (limit 0.5). Its limits gate.
+    description=QWEN3_VL_GPTQ.description, profiles=(NIGHTLY,), golden_profiles=(),
+    build=lambda profile: _QWEN_BASE.build("tiny"),
+    expected_failures={**_QWEN_BASE.expected_failures, "algorithm_handoff": QWEN_VISION_QKV_FOLD},
+    not_applicable={**_QWEN_BASE.not_applicable, "ptq_overrides": (
+        "its override target is the patch embedding's weight observer, which GPTQ hands an 8-bit grid: "
+        "inject_gptq_qparams refuses an int16 observer by design (recipes/qparams.py:102, 'qparam reuse does not "
+        "convert bit widths')")},
+))
