@@ -45,7 +45,7 @@ from harness import real_weights as rw
 
 from cases import llama
 from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import replaced_qparams
+from cases._shared_diagnoses import PRESENT_V_PER_HEAD_PATTERN, PRESENT_V_PER_HEAD_REASON, replaced_qparams
 
 PROFILE = "real_weights"
 WINDOW = 64
@@ -272,20 +272,12 @@ _REAL = dict(profiles=(PROFILE,), golden_profiles=(), unavailable=rw.unavailable
 # the reviewed table (cases/_limits_real_weights.py) replaces these placeholders.
 _UNMEASURED = {"quant_accuracy": {"max_mean_abs_diff": 1e6, "max_abs_diff": 1e6, "max_peir": 1e6, "min_sqnr_db": -1e6}}
 
-# tico 0.3.0 with more than one KV head (SmolLM2 has 3; every tiny Llama case has 1): the decode
-# path concatenates each head's past V slice with its new V (llama/quant_attention.py:649-652)
-# and obs_present_value fake-quantizes the result; in the Circle model the concatenation's inputs
-# keep different quantizations. Measured here, not traced to the pass that leaves them apart.
-_PRESENT_V_PER_HEAD = (r"\.obs_present_value\): torch fake-quantizes it with scale \S+ zp -?\d+, the Circle model "
-                       r"holds its inputs' quantizations unchanged, and they differ \(a concatenation does not "
-                       r"requantize\)$")
-
-
 def _with_per_head_present_v(case: Case) -> Case:
+    """The decode layer (unrolled layout) with SmolLM2's 3 KV heads: the per-head present-V finding
+    (cases/_shared_diagnoses.py) beside the tiny case's expectation."""
     base = case.expected_failures["qparam_consistency"]
-    expected = Expected(base.reason + "; with 3 KV heads the present-V concatenation's inputs also keep different "
-                        "quantizations in Circle (each head's past V slice, llama/quant_attention.py:649-652; seen "
-                        "on real weights only, cause not traced)", problems=tuple(base.problems) + (_PRESENT_V_PER_HEAD,))
+    expected = Expected(base.reason + "; " + PRESENT_V_PER_HEAD_REASON,
+                        problems=tuple(base.problems) + (PRESENT_V_PER_HEAD_PATTERN,))
     return dataclasses.replace(case, expected_failures={**case.expected_failures, "qparam_consistency": expected})
 
 
