@@ -226,9 +226,11 @@ def _gain(off: float, base: float) -> float:
     return off - base
 
 
-def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default") -> Attribution:
+def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default",
+              only: set[str] | None = None) -> Attribution:
     """Leave-one-out attribution of ``pipeline``'s QUANT output error to its fake-quant sites, on a
-    private copy of the quantized tree (the shared artifact is never touched)."""
+    private copy of the quantized tree (the shared artifact is never touched). ``only``: evaluate
+    just these site paths (another run's sites, for a like-for-like comparison)."""
     from tico.quantization.wrapq.control import iter_quantization_sites
 
     sample = pipeline.sample(sample_name)
@@ -271,7 +273,7 @@ def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default") ->
         raise RuntimeError("the private copy's QUANT output is not reproducible from one forward to the next")
     base_sqnr, base_peir = sqnr_db(reference, as_is), peir(reference, as_is)
 
-    candidates = [i for i, s in enumerate(sites) if s.enabled and s.calls]
+    candidates = [i for i, s in enumerate(sites) if s.enabled and s.calls and (only is None or s.path in only)]
     candidates.sort(key=lambda i: (sites[i].local_sqnr_db if sites[i].local_sqnr_db is not None else math.inf))
     chosen = candidates[:max_sites]
     forwards = 2
