@@ -270,7 +270,9 @@ _TINY = {case.name: case for case in llama.CASES}
 _REAL = dict(profiles=(PROFILE,), golden_profiles=(), unavailable=rw.unavailable_reason)
 # Every accuracy field gated, so `python -m harness limits --profile real_weights` proposes each;
 # the reviewed table (cases/_limits_real_weights.py) replaces these placeholders.
-_UNMEASURED = {"quant_accuracy": {"max_mean_abs_diff": 1e6, "max_abs_diff": 1e6, "max_peir": 1e6, "min_sqnr_db": -1e6}}
+_UNMEASURED = {"quant_accuracy": {"max_mean_abs_diff": 1e6, "max_abs_diff": 1e6, "max_peir": 1e6, "min_sqnr_db": -1e6},
+               # beside each site table, the same sites on random weights of the same shapes
+               "attribution": {"random_weights_contrast": True}}
 
 def _with_per_head_present_v(case: Case) -> Case:
     """The decode layer (unrolled layout) with SmolLM2's 3 KV heads: the per-head present-V finding
@@ -343,3 +345,28 @@ CASES = [
 ]
 
 CASES = with_profile_limits(CASES, PROFILE)
+
+# --- the whole model: nightly only (profile real_weights_full; .ci/run and the PR gate run neither) ---------------
+# The same wrapper (QuantLlamaForCausalLM), inputs and calibration as llama_for_causal_lm_real_2l, with all 30
+# layers, for perplexity / top-1 / KL of the model users deploy. No export capability: converting the
+# whole model is not spent nightly; the 2-layer case exports, converts and replays the same wrapper classes.
+# Run: ./scripts/real-weights.sh whole-model (quant_accuracy and lm_quality; README "The real_weights profile").
+FULL_PROFILE = "real_weights_full"
+N_LAYERS_FULL = 30
+
+
+def _whole_model(name: str, description: str, **changes) -> Case:
+    two = {case.name: case for case in CASES}["llama_for_causal_lm_real_2l"]
+    return dataclasses.replace(
+        two, name=name, description=description, build=build_causal_lm(N_LAYERS_FULL), profiles=(FULL_PROFILE,),
+        profile_limits={}, export=None,
+        expected_failures={"no_side_effects": two.expected_failures["no_side_effects"]}, **changes)
+
+
+CASES += with_profile_limits([
+    _whole_model("llama_for_causal_lm_real_30l",
+                 "SmolLM2-135M-Instruct whole (30 layers, final norm, tied head), default uint8 PTQConfig, real text"),
+    _whole_model("llama_for_causal_lm_w8a16_real_30l",
+                 "SmolLM2-135M-Instruct whole, int16 activations and uint8 per-channel weights, real text",
+                 ptq_config=w8a16_config),
+], FULL_PROFILE)
