@@ -47,7 +47,7 @@ def test_without_the_dependency_every_case_skips_naming_the_install_command(monk
         for case in _real_cases().values():
             reason = case.unavailable_reason()
             assert reason is not None and rw.INSTALL_COMMAND in reason and rw.REQUIREMENTS_FILE in reason, case.name
-            assert case.profiles == ("real_weights",) and case.golden_profiles == ()
+            assert case.profiles in (("real_weights",), ("real_weights_full",)) and case.golden_profiles == ()
     finally:
         _probe.cache_clear()
 
@@ -55,6 +55,17 @@ def test_without_the_dependency_every_case_skips_naming_the_install_command(monk
 def test_real_cases_are_not_in_the_default_profile():
     for case in _real_cases().values():
         assert "tiny" not in case.profiles
+
+
+def test_whole_model_cases_are_nightly_only():
+    """The 30-layer cases list only real_weights_full, which .ci/run (the CI job) never names."""
+    from pathlib import Path
+
+    whole = [case for case in _real_cases().values() if case.name.endswith("_30l")]
+    assert len(whole) == 2
+    for case in whole:
+        assert case.profiles == ("real_weights_full",) and case.export is None, case.name
+    assert "real_weights_full" not in (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
 
 
 def _run(case, profile, seeded: bool, monkeypatch, checks=("quant_accuracy",)):
