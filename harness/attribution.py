@@ -227,10 +227,11 @@ def _gain(off: float, base: float) -> float:
 
 
 def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default",
-              only: set[str] | None = None) -> Attribution:
+              only: set[str] | None = None, with_submodules: bool = True) -> Attribution:
     """Leave-one-out attribution of ``pipeline``'s QUANT output error to its fake-quant sites, on a
     private copy of the quantized tree (the shared artifact is never touched). ``only``: evaluate
-    just these site paths (another run's sites, for a like-for-like comparison)."""
+    just these site paths (another run's sites, for a like-for-like comparison); ``with_submodules``
+    False skips the per-submodule table (two forwards plus one call per wrapper)."""
     from tico.quantization.wrapq.control import iter_quantization_sites
 
     sample = pipeline.sample(sample_name)
@@ -301,7 +302,7 @@ def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default",
         return (1, s.local_sqnr_db if s.local_sqnr_db is not None else math.inf, s.path)
 
     sites.sort(key=rank)
-    submodules = submodule_errors(quantized, sample)
+    submodules = submodule_errors(quantized, sample) if with_submodules else []
     return Attribution(
         sample=sample_name, sqnr_db=base_sqnr, peir=base_peir, sites=sites, evaluated=len(chosen),
         capped=len(candidates) > len(chosen), max_sites=max_sites, forwards=forwards,

@@ -47,7 +47,7 @@ def contrast(pipeline, real, *, max_sites: int) -> dict[str, Any]:
 
     evaluated = {s.path for s in real.sites if s.evaluated}
     twin = Pipeline(random_weights_case(pipeline.case), pipeline.profile)
-    random = attribute(twin, max_sites=max_sites, only=evaluated)
+    random = attribute(twin, max_sites=max_sites, only=evaluated, with_submodules=False)
     real_gain = {s.path: _gain(s.gain_db) for s in real.sites if s.evaluated}
     random_gain = {s.path: _gain(s.gain_db) for s in random.sites if s.evaluated}
     boundary = {s.path: s.boundary for s in real.sites}
