@@ -23,6 +23,10 @@ logits plus the -120 mask fill in one per-tensor uint8 observer) gains 13.8 dB o
 qwen3_vl_text_attention_prefill (a precise expectation there) and 1.0-6.3 dB on the other attention
 cases, under the limit: there it is named by the ranking, not failed.
 
+A case whose settings set ``random_weights_contrast`` (every real-weights case) also gets the same
+sites measured on random weights of the same shapes (harness/weight_contrast.py): rows, the sites
+that dominate on the real weights only, three tracked metrics; not gated.
+
 Cost: one forward per evaluated site (at most ``max_sites``, the noisiest first by local SQNR;
 capping is recorded as a note; the seconds are in the evidence, not the metrics, which must
 not differ between runs). With the export cache on, an attribution of a model that executes
