@@ -68,6 +68,24 @@ KV_PRESENT_REASON = (
     "concatenated with the past K/V into the present K/V, quantized with the present observers; "
     + _BACKWARD + ", so in Circle the new K/V carry the present K/V's qparams"
 )
+# The unrolled (npu_export) Llama attention with more than one KV head: each head's new V reaches the present-V
+# concatenation through a SLICE that PropagateQParamBackward does not cross.
+PRESENT_V_PER_HEAD_PATTERN = (r"\.obs_present_value\): torch fake-quantizes it with scale \S+ zp -?\d+, the Circle model "
+                              r"holds its inputs' quantizations unchanged, and they differ \(a concatenation does not "
+                              r"requantize\)$")
+PRESENT_V_PER_HEAD_REASON = (
+    "with more than one KV head the default (npu_export) profile's unrolled attention (config/llama_attention.py:70-73) "
+    "takes each head's new V as v[:, :, kv_i, :] of the v projection's output (llama/quant_attention.py:798) and "
+    "concatenates it with that head's past V under obs_present_value (:650-652); tico lowers the selection to SLICE + "
+    "RESHAPE (passes/lower_to_slice.py, LowerSelectCopyToSlice), and PropagateQParamBackward copies the "
+    "concatenation's qparams back through RESHAPE and PERMUTE only (quantization/passes/propagate_qparam_backward.py:"
+    "82-88, no SLICE rule), so the SLICE's output takes the present-V qparams while its input keeps the v projection's "
+    "obs_act_out qparams; SLICE and CONCATENATION never requantize (circle/runtime/kernels/__init__.py:38-61), so "
+    "Circle's concatenation holds the new V in the v projection's quantization beside the past V in the present-V "
+    "one. With one KV head no SLICE is left and the reshape rule reaches the v projection (the new-K/V replacement "
+    "above); the batched layout (reference_eval, llama_attention_decode*) concatenates all heads at once. A SLICE "
+    "rule in PropagateQParamBackward removes it (tests/test_present_v_per_head.py)"
+)
 CONV3D_SLICES_PATTERN = r"\.input_slice_k\d+" + _REPLACED + r"\((replaced by PropagateQParamForward|" + _KEPT + r")\)$"
 CONV3D_SLICES_REASON = (
     "QuantConv3dDecomposed fake-quantizes each temporal input slice with its own observer "

@@ -226,9 +226,12 @@ def _gain(off: float, base: float) -> float:
     return off - base
 
 
-def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default") -> Attribution:
+def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default",
+              only: set[str] | None = None, with_submodules: bool = True) -> Attribution:
     """Leave-one-out attribution of ``pipeline``'s QUANT output error to its fake-quant sites, on a
-    private copy of the quantized tree (the shared artifact is never touched)."""
+    private copy of the quantized tree (the shared artifact is never touched). ``only``: evaluate
+    just these site paths (another run's sites, for a like-for-like comparison); ``with_submodules``
+    False skips the per-submodule table (two forwards plus one call per wrapper)."""
     from tico.quantization.wrapq.control import iter_quantization_sites
 
     sample = pipeline.sample(sample_name)
@@ -271,7 +274,7 @@ def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default") ->
         raise RuntimeError("the private copy's QUANT output is not reproducible from one forward to the next")
     base_sqnr, base_peir = sqnr_db(reference, as_is), peir(reference, as_is)
 
-    candidates = [i for i, s in enumerate(sites) if s.enabled and s.calls]
+    candidates = [i for i, s in enumerate(sites) if s.enabled and s.calls and (only is None or s.path in only)]
     candidates.sort(key=lambda i: (sites[i].local_sqnr_db if sites[i].local_sqnr_db is not None else math.inf))
     chosen = candidates[:max_sites]
     forwards = 2
@@ -299,7 +302,7 @@ def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default") ->
         return (1, s.local_sqnr_db if s.local_sqnr_db is not None else math.inf, s.path)
 
     sites.sort(key=rank)
-    submodules = submodule_errors(quantized, sample)
+    submodules = submodule_errors(quantized, sample) if with_submodules else []
     return Attribution(
         sample=sample_name, sqnr_db=base_sqnr, peir=base_peir, sites=sites, evaluated=len(chosen),
         capped=len(candidates) > len(chosen), max_sites=max_sites, forwards=forwards,

@@ -10,6 +10,11 @@ tail is empty): the default profile cannot see it. The same MLP with random weig
 checkpoint's widths and Gaussian inputs loses 39 dB as well (printed, not asserted): at real
 widths the product gate*up has tails of its own, so it is the tiny widths, more than random
 weights, that hide this one.
+
+The defect only real weight *distributions* expose (``defects.weight_channel_axis_transposed``, a
+QuantLinear weight observer per input feature instead of per output row) is measured on
+llama_mlp_w8a16_real_l27 against the same case with random weights of the same shapes
+(``harness.random_twin``): real loses 3.4 dB and fails its limit, random loses 0.09 dB.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ def test_without_the_dependency_every_case_skips_naming_the_install_command(monk
         for case in _real_cases().values():
             reason = case.unavailable_reason()
             assert reason is not None and rw.INSTALL_COMMAND in reason and rw.REQUIREMENTS_FILE in reason, case.name
-            assert case.profiles == ("real_weights",) and case.golden_profiles == ()
+            assert case.profiles in (("real_weights",), ("real_weights_full",)) and case.golden_profiles == ()
     finally:
         _probe.cache_clear()
 
@@ -50,6 +55,17 @@ def test_without_the_dependency_every_case_skips_naming_the_install_command(monk
 def test_real_cases_are_not_in_the_default_profile():
     for case in _real_cases().values():
         assert "tiny" not in case.profiles
+
+
+def test_whole_model_cases_are_nightly_only():
+    """The 30-layer cases list only real_weights_full, which .ci/run (the CI job) never names."""
+    from pathlib import Path
+
+    whole = [case for case in _real_cases().values() if case.name.endswith("_30l")]
+    assert len(whole) == 2
+    for case in whole:
+        assert case.profiles == ("real_weights_full",) and case.export is None, case.name
+    assert "real_weights_full" not in (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
 
 
 def _run(case, profile, seeded: bool, monkeypatch, checks=("quant_accuracy",)):
@@ -111,6 +127,51 @@ def test_percentile_clipping_leaves_the_tiny_llama_cases_unchanged(monkeypatch):
     seeded = _run(case, "tiny", True, monkeypatch)["quant_accuracy"]
     assert clean.passed and seeded.passed
     assert seeded.metrics["sqnr_db"] == pytest.approx(clean.metrics["sqnr_db"], abs=0.1)
+
+
+def _random_weight_twin(case):
+    """The same case with every matrix weight replaced by portable iid normals (std 0.02, Llama's
+    initializer_range): same shapes, same real inputs, only the weights' distribution differs."""
+    from harness.random_twin import randomize_weights
+
+    real_build = case.build
+
+    def build(profile):
+        built = real_build(profile)
+        randomize_weights(built.module)
+        return built
+
+    return dataclasses.replace(case, name=case.name + "_random_weights", build=build)
+
+
+def _seeded_run(case, seed, monkeypatch):
+    with monkeypatch.context() as mp:
+        if seed is not None:
+            seed(mp)
+        return CHECKS["quant_accuracy"].run(Pipeline(case, "real_weights"))
+
+
+@needs_weights
+def test_transposed_weight_axis_is_caught_on_real_weights_and_not_on_random_ones_of_the_same_shapes(monkeypatch):
+    """The weight observer of every QuantLinear reduces along the input axis instead of the output
+    rows (defects.weight_channel_axis_transposed). With the real layer-27 MLP (W8A16) the SQNR drops
+    past the case's limit; with random weights of the same shapes and the same real inputs it moves
+    by less than the margin the limits table leaves (1.5 dB): only the trained weights' outlier rows
+    (largest row range 17x the median row's) make the wrong axis cost anything."""
+    case = _real_cases()["llama_mlp_w8a16_real_l27"]
+    twin = _random_weight_twin(case)
+    seed = defects.weight_channel_axis_transposed
+    clean, seeded = _seeded_run(case, None, monkeypatch), _seeded_run(case, seed, monkeypatch)
+    twin_clean, twin_seeded = _seeded_run(twin, None, monkeypatch), _seeded_run(twin, seed, monkeypatch)
+    real_loss = clean.metrics["sqnr_db"] - seeded.metrics["sqnr_db"]
+    twin_loss = twin_clean.metrics["sqnr_db"] - twin_seeded.metrics["sqnr_db"]
+    print(f"real: SQNR {clean.metrics['sqnr_db']:.2f} -> {seeded.metrics['sqnr_db']:.2f} dB; random weights, same "
+          f"shapes: {twin_clean.metrics['sqnr_db']:.2f} -> {twin_seeded.metrics['sqnr_db']:.2f} dB; lost: real "
+          f"{real_loss:.2f} dB, random {twin_loss:.2f} dB")
+    assert clean.passed, clean.problems
+    assert not seeded.passed and any("SQNR" in p for p in seeded.problems), seeded.problems
+    # the case's limit sits 1.5 dB under its clean SQNR: a twin limit set the same way would hold
+    assert twin_loss < 0.5 and real_loss > 2.0, (real_loss, twin_loss)
 
 
 @needs_weights

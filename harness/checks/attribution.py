@@ -23,6 +23,10 @@ logits plus the -120 mask fill in one per-tensor uint8 observer) gains 13.8 dB o
 qwen3_vl_text_attention_prefill (a precise expectation there) and 1.0-6.3 dB on the other attention
 cases, under the limit: there it is named by the ranking, not failed.
 
+A case whose settings set ``random_weights_contrast`` (every real-weights case) also gets the same
+sites measured on random weights of the same shapes (harness/weight_contrast.py): rows, the sites
+that dominate on the real weights only, three tracked metrics; not gated.
+
 Cost: one forward per evaluated site (at most ``max_sites``, the noisiest first by local SQNR;
 capping is recorded as a note; the seconds are in the evidence, not the metrics, which must
 not differ between runs). With the export cache on, an attribution of a model that executes
@@ -44,6 +48,8 @@ class Settings:
     max_site_gain_db: float | None = 8.6
     max_sites: int = 64
     min_resolved_levels: float | None = 1.0
+    # real-weights cases: the same sites on random weights of the same shapes (harness/weight_contrast.py)
+    random_weights_contrast: bool = False
 
 
 def _fmt(v) -> str:
@@ -121,6 +127,20 @@ def run(pipeline) -> CheckResult:
     for row in att.submodules:
         if row.note:
             result.notes.append(f"submodule {row.path}: {row.note}")
+    if th.random_weights_contrast:
+        from harness.weight_contrast import contrast
+
+        versus = contrast(pipeline, att, max_sites=th.max_sites)
+        result.evidence["random_weights"] = versus
+        result.metrics["random_weights_sqnr_db"] = versus["sqnr_db"]
+        result.metrics["random_weights_top_site_gain_db"] = versus["top_site_gain_db"]
+        result.metrics["real_minus_random_gain_db"] = versus["max_real_minus_random_db"]
+        named = ", ".join(f"{row['path']} ({_fmt(row['real_gain_db'])} vs {_fmt(row['random_gain_db'])} dB)"
+                          for row in versus["rows"] if row["path"] in versus["real_dominant"][:5])
+        result.notes.append(
+            f"random weights of the same shapes: SQNR {att.sqnr_db:.3g} dB real vs {versus['sqnr_db']:.3g} dB random; "
+            + (f"sites that gain over {versus['margin_db']:g} dB more on the real weights: {named}" if named else
+               f"no site gains over {versus['margin_db']:g} dB more on the real weights than on random ones"))
     result.evidence.update(att.as_dict())
     result.evidence["attribution_cache"] = cache_status
     result.evidence["bars"] = [[s.path, s.gain_db] for s in att.sites[:10] if s.evaluated]
@@ -143,6 +163,9 @@ CHECK = Check(
         Metric("origin_isolated_sqnr_db", better="higher", unit="dB", label="worst own SQNR dB"),
         Metric("sqnr_db", better=None, unit="dB", label="SQNR dB as is"),
         Metric("peir", better=None, label="PEIR as is"),
+        Metric("random_weights_sqnr_db", better="higher", unit="dB", label="SQNR dB, random weights"),
+        Metric("random_weights_top_site_gain_db", unit="dB", label="top site gain dB, random weights"),
+        Metric("real_minus_random_gain_db", unit="dB", label="site gain real - random dB"),
         Metric("sites", better=None),
         Metric("evaluated_sites", better=None),
     ),
@@ -159,6 +182,14 @@ executes as it did then){% endif %}{% if ev.get("capped") %} (capped at {{ ev.ge
 <td>{% if s.clipped_fraction is not none %}{{ (100 * s.clipped_fraction) | num }}{% endif %}</td>
 <td>{{ s.resolved_levels | num }}</td><td class="muted">{{ s.boundary or "" }}</td></tr>
 {% endfor %}</table>
+{% set rw = ev.get("random_weights") %}{% if rw %}<p>The same sites with random weights of the same shapes (same inputs
+and PTQConfig; harness/weight_contrast.py): SQNR as is {{ rw.get("sqnr_db") | num }} dB (real {{ ev.get("sqnr_db") | num }} dB).
+Dominant on the real weights only (over {{ rw.get("margin_db") | num }} dB more than random):
+{{ (rw.get("real_dominant") or ["none"]) | join(", ") }}.</p>
+<table class="limits"><tr><th>site</th><th>gain dB, real</th><th>gain dB, random</th><th>real - random dB</th><th></th></tr>
+{% for r in rw.get("rows") or [] %}<tr><td>{{ r.path }}</td><td>{{ r.real_gain_db | num }}</td><td>{{ r.random_gain_db | num }}</td>
+<td>{{ r.real_minus_random_db | num }}</td><td class="muted">{{ r.boundary or "" }}</td></tr>
+{% endfor %}</table>{% endif %}
 {% if ev.get("submodules") %}<p>Per wrapped submodule: its own error (isolated: alone, on the float model's inputs to it)
 and its error in the quantized model (propagated: with everything upstream).</p>
 <table class="limits"><tr><th>submodule</th><th>wrapper</th><th>calls</th><th>isolated SQNR dB</th>
