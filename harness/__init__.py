@@ -4,6 +4,7 @@ What a case file or an out-of-tree check needs is exported here (README "Writing
 "Writing a check"); the rest of the package is the harness's own."""
 
 from harness.case import (
+    AlgorithmHandoffCapability,
     Built,
     Case,
     CaseDefinitionError,
@@ -28,6 +29,7 @@ from harness.lifecycle_ops import unwrap
 from harness.portable import GoldenTolerance
 
 __all__ = [
+    "AlgorithmHandoffCapability",
     "Built",
     "Case",
     "Check",

@@ -157,6 +157,20 @@ class LanguageModelCapability:
     token_ids: Callable[[Sample], torch.Tensor]
 
 
+@dataclass(frozen=True)
+class AlgorithmHandoffCapability:
+    """The case's float module is what a quantization algorithm (e.g. SpinQuant) made of
+    ``original(built)``, the float module before it; wrapq PTQ follows (the algorithm_handoff
+    check). ``to_original(output, built)`` maps the case module's output into the original's
+    basis (None: the outputs must agree as they are); ``claimed_sites(path)`` selects the
+    fake-quant sites where the algorithm claims a lower quantization error (None: no claim)."""
+
+    algorithm: str
+    original: Callable[[Built], torch.nn.Module]
+    to_original: Callable[[torch.Tensor, Built], torch.Tensor] | None = None
+    claimed_sites: Callable[[str], bool] | None = None
+
+
 def default_ptq_config(profile: str) -> Any:
     """TICO's default PTQConfig; imported lazily so collection never needs tico."""
     from tico.quantization.config.ptq import PTQConfig
@@ -229,6 +243,8 @@ class Case:
     mask: MaskCapability | None = None
     # the output is language-model logits (switches on the model-level language-model metrics)
     language_model: LanguageModelCapability | None = None
+    # the float module is an algorithm's output (SpinQuant, ...): the algorithm_handoff check
+    algorithm_handoff: AlgorithmHandoffCapability | None = None
     # () -> why the case cannot run here (an optional dependency beyond ``requires``, with the
     # command that installs it), or None; looked up once per session.
     unavailable: Callable[[], str | None] | None = None
@@ -284,7 +300,8 @@ class Case:
             if not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable")
         for attr, kind in (("export", ExportCapability), ("rotary", RotaryCapability), ("mask", MaskCapability),
-                           ("language_model", LanguageModelCapability)):
+                           ("language_model", LanguageModelCapability),
+                           ("algorithm_handoff", AlgorithmHandoffCapability)):
             value = getattr(self, attr)
             if value is not None and not isinstance(value, kind):
                 raise CaseDefinitionError(name, attr, f"must be {kind.__name__} or None, got {type(value).__name__}")
