@@ -26,10 +26,9 @@ import dataclasses
 
 import torch
 
-from harness import AlgorithmHandoffCapability, Built, Case, Expected, unwrap
+from harness import AlgorithmHandoffCapability, Built
 
-from cases import llama, llama_model as lm
-from cases._shared_diagnoses import replaced_qparams
+from cases import llama_model as lm
 
 OUTLIER_CHANNELS = 2
 OUTLIER_SCALE = 30.0
@@ -142,7 +141,10 @@ CASES = [
         description=f"spin_llama_for_causal_lm with embedding channels 0..{OUTLIER_CHANNELS - 1} scaled by "
                     f"{OUTLIER_SCALE:g} (residual-stream outliers): where SpinQuant claims a gain",
         algorithm_handoff=dataclasses.replace(_HANDOFF_LM, claimed_sites=_in_decoder_layers),
+        # not exported: the same adapter and graph as spin_llama_for_causal_lm (its export checks would
+        # cost ~10 s CPU for no new path); the export-only expectations go with it
         export=None,
-        settings={k: v for k, v in _SETTINGS["spin_llama_for_causal_lm_outliers"].items()},
+        expected_failures={"no_side_effects": lm.TEMPLATE_COPIES},
+        settings=_SETTINGS["spin_llama_for_causal_lm_outliers"],
     ),
 ]
