@@ -14,7 +14,7 @@ The Hadamard init draws its signs with ``torch.randint`` (hadamard_utils.py:475)
 is the same under every kernel selection. Then the default wrapq PTQ flow wraps the rotated model:
 ``QuantLlamaForCausalLM`` / ``QuantLlamaModel`` wrap both rotation modules as ``QuantLinear``.
 
-The ``algorithm_handoff`` check gates that the rotated float model computes what the original did,
+The ``rotation_handoff`` check gates that the rotated float model computes what the original did,
 that the wrapper tree holds and runs every tensor SpinQuant computed, and reports the quantized
 accuracy against wrapq PTQ of the original alone (README "SpinQuant handoff").
 """
@@ -26,7 +26,7 @@ import dataclasses
 
 import torch
 
-from harness import AlgorithmHandoffCapability, Built
+from harness import RotationHandoffCapability, Built
 
 from cases import llama_model as lm
 
@@ -84,7 +84,7 @@ def _in_decoder_layers(path: str) -> bool:
     return ".layers." in path
 
 
-_HANDOFF_LM = AlgorithmHandoffCapability(algorithm="SpinQuant", original=lambda built: built.facts["original"])
+_HANDOFF_LM = RotationHandoffCapability(algorithm="SpinQuant", original=lambda built: built.facts["original"])
 
 # Limits measured 2026-12-02 on clean tico 0.3.0 under native and ATEN_CPU_CAPABILITY=default kernels (the same
 # to 1e-4 dB: integer inputs, a randint-signed Hadamard rotation): 1.25x the worst sample (top-1 agreement / 1.25),
@@ -107,7 +107,7 @@ _SETTINGS = {
         "lm_quality": {"max_ppl_ratio": 1.11, "min_top1_agreement": 0.78, "max_kl_divergence": 0.0186},
         # decoder-layer sites only: SpinQuant + wrapq 41.00 dB vs wrapq alone 37.35 dB, +3.654 dB (both kernels);
         # the whole model -0.186 dB is not gated (README "SpinQuant handoff": the unrotated boundary sites)
-        "algorithm_handoff": {"min_claimed_sqnr_gain_db": 2.15},
+        "rotation_handoff": {"min_claimed_sqnr_gain_db": 2.15},
     },
 }
 _BASE = {case.name: case for case in lm.CASES}
@@ -121,7 +121,7 @@ CASES = [
         build=build_causal_lm(outliers=False),
         description="tico's SpinQuant (Hadamard R1/R2) on llama_for_causal_lm's model, then wrapq PTQ "
                     "(SpinLlamaForCausalLM through QuantLlamaForCausalLM)",
-        algorithm_handoff=_HANDOFF_LM,
+        rotation_handoff=_HANDOFF_LM,
         settings=_SETTINGS["spin_llama_for_causal_lm"],
     ),
     dataclasses.replace(
@@ -129,7 +129,7 @@ CASES = [
         name="spin_llama_model",
         build=build_model,
         description="the SpinLlamaModel backbone of spin_llama_for_causal_lm through QuantLlamaModel",
-        algorithm_handoff=AlgorithmHandoffCapability(algorithm="SpinQuant",
+        rotation_handoff=RotationHandoffCapability(algorithm="SpinQuant",
                                                      original=lambda built: built.facts["original"],
                                                      to_original=_rotate_back),
         settings=_SETTINGS["spin_llama_model"],
@@ -140,7 +140,7 @@ CASES = [
         build=build_causal_lm(outliers=True),
         description=f"spin_llama_for_causal_lm with embedding channels 0..{OUTLIER_CHANNELS - 1} scaled by "
                     f"{OUTLIER_SCALE:g} (residual-stream outliers): where SpinQuant claims a gain",
-        algorithm_handoff=dataclasses.replace(_HANDOFF_LM, claimed_sites=_in_decoder_layers),
+        rotation_handoff=dataclasses.replace(_HANDOFF_LM, claimed_sites=_in_decoder_layers),
         # not exported: the same adapter and graph as spin_llama_for_causal_lm (its export checks would
         # cost ~10 s CPU for no new path); the export-only expectations go with it
         export=None,

@@ -4,7 +4,6 @@ What a case file or an out-of-tree check needs is exported here (README "Writing
 "Writing a check"); the rest of the package is the harness's own."""
 
 from harness.case import (
-    AlgorithmHandoffCapability,
     Built,
     Case,
     CaseDefinitionError,
@@ -21,6 +20,7 @@ from harness.case import (
     whole_module_export,
 )
 from harness.capture import first_call_kwarg
+from harness.case import RotationHandoffCapability  # own line: SpinQuant handoff (harness/checks/rotation_handoff.py)
 from harness.check_settings import merged as merged_settings
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
 from harness.checks.export_contract import calib_mode_adapter
@@ -29,7 +29,6 @@ from harness.lifecycle_ops import unwrap
 from harness.portable import GoldenTolerance
 
 __all__ = [
-    "AlgorithmHandoffCapability",
     "Built",
     "Case",
     "Check",
@@ -46,6 +45,7 @@ __all__ = [
     "ProfileLimits",
     "RotaryCapability",
     "RotaryTables",
+    "RotationHandoffCapability",
     "Sample",
     "calib_mode_adapter",
     "first_call_kwarg",

@@ -27,11 +27,12 @@ from harness.results import jsonable
 from harness.session import state_of
 
 # Case capabilities that become item markers (``pytest -m rotary``).
-CAPABILITY_MARKERS = ("export", "rotary", "mask", "language_model", "algorithm_handoff")
+CAPABILITY_MARKERS = ("export", "rotary", "mask", "language_model")
 # Headline numbers worth a junit property each (scalars; the full record goes to results.json).
 JUNIT_METRICS = ("peir", "sqnr_db", "mean_abs_diff", "max_abs_diff", "fake_quantize_max_steps", "missing_unexplained",
                  "worst_score")
 _MARKERS = pytest.StashKey[set]()
+CAPABILITY_MARKERS += ("rotation_handoff",)  # a rotation algorithm (SpinQuant) before wrapq
 
 
 def register_marker(config: pytest.Config, name: str, description: str) -> None:

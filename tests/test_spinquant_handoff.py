@@ -1,4 +1,4 @@
-"""The algorithm_handoff check on the SpinQuant cases: clean tico passes (here and under the scalar
+"""The rotation_handoff check on the SpinQuant cases: clean tico passes (here and under the scalar
 kernels), and each seeded broken handoff fails it by name -- an algorithm step left out, a
 wrapper that drops or bypasses a rotation module, a rotation never applied."""
 
@@ -17,7 +17,7 @@ from tico.quantization.wrapq.wrappers.llama.quant_model import QuantLlamaModel
 from tico.quantization.wrapq.wrappers.llama.quant_model_for_causal_lm import QuantLlamaForCausalLM
 
 from cases.spinquant_llama import CASES
-from harness.checks.algorithm_handoff import _same_up_to_scale
+from harness.checks.rotation_handoff import _same_up_to_scale
 from tests.helpers import problems_text, run_check, run_clean_check
 
 SPIN = {case.name: case for case in CASES}
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("name", sorted(SPIN))
 def test_clean_spinquant_handoff_passes(name):
-    result = run_clean_check(SPIN[name], "algorithm_handoff")
+    result = run_clean_check(SPIN[name], "rotation_handoff")
     assert result.passed, problems_text(result)
     assert result.metrics["computed_tensors"] >= 15  # 2 layers x 7 projections (+ rotation modules)
     assert result.metrics["computed_tensors_used"] == result.metrics["computed_tensors"]
@@ -40,7 +40,7 @@ def test_lm_head_rotation_left_out_fails_float_equivalence_that_noquant_parity_m
     wraps that broken model faithfully (noquant_parity passes), only the handoff sees it."""
     monkeypatch.setattr(spin_quantizer, "apply_lm_head_side_rotation", lambda model, r1, norm_scale=None: None)
     assert run_check(LM, "noquant_parity").passed
-    result = run_check(LM, "algorithm_handoff")
+    result = run_check(LM, "rotation_handoff")
     assert not result.passed
     text = problems_text(result)
     assert "[default] SpinQuant float model vs the original float model: max |diff| / max |original|" in text
@@ -56,7 +56,7 @@ def test_wrapper_dropping_rotate_embedding_fails(monkeypatch):
         self.rotate_embedding = None
 
     monkeypatch.setattr(QuantLlamaModel, "__init__", dropping)
-    result = run_check(LM, "algorithm_handoff")
+    result = run_check(LM, "rotation_handoff")
     assert not result.passed
     assert ("model.rotate_embedding.weight: the algorithm computed it, and no module of the QUANT wrapper tree holds "
             "a tensor with its contents") in problems_text(result)
@@ -75,7 +75,7 @@ def test_wrapper_bypassing_rotate_lm_head_fails(monkeypatch):
             self.rotate_lm_head = kept
 
     monkeypatch.setattr(QuantLlamaForCausalLM, "forward", bypassing)
-    result = run_check(LM, "algorithm_handoff")
+    result = run_check(LM, "rotation_handoff")
     assert not result.passed
     text = problems_text(result)
     assert "rotate_lm_head.weight: held under wrapped.rotate_lm_head" in text
@@ -87,7 +87,7 @@ def test_rotation_never_applied_fails_the_claimed_gain(monkeypatch):
     float model is still exact, the wrapper uses what it got, and the decoder-layer gain the
     outlier case gates is gone."""
     monkeypatch.setattr(spin_quantizer.SpinQuantQuantizer, "convert", lambda self, model, args=None, kwargs=None: model)
-    result = run_check(OUTLIERS, "algorithm_handoff")
+    result = run_check(OUTLIERS, "rotation_handoff")
     assert not result.passed
     assert result.metrics["float_rel"] < 1e-5
     assert abs(result.metrics["claimed_sqnr_gain_db"]) < 0.5, result.metrics

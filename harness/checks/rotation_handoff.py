@@ -1,8 +1,8 @@
-"""Algorithm -> wrapq handoff: the float model an algorithm (SpinQuant, ...) produced computes what
+"""Rotation -> wrapq handoff: the float model a rotation algorithm (SpinQuant) produced computes what
 the original did, wrapq PTQ uses what the algorithm computed, and the quantized accuracy is
 compared with wrapq PTQ of the original alone.
 
-For a case whose float module is an algorithm's output (``Case.algorithm_handoff``):
+For a case whose float module is an algorithm's output (``Case.rotation_handoff``):
 
 * **float equivalence** (gated): on every evaluation sample, the algorithm's float model (output
   mapped by ``to_original``) vs the original float model, max |diff| / max |original| over valid
@@ -52,7 +52,7 @@ def _original_output(pipeline, original: torch.nn.Module, sample) -> torch.Tenso
 
 
 def _mapped(pipeline, output: torch.Tensor) -> torch.Tensor:
-    handoff = pipeline.case.algorithm_handoff
+    handoff = pipeline.case.rotation_handoff
     if handoff.to_original is None:
         return output
     with torch.no_grad():
@@ -120,7 +120,7 @@ def _check_computed_used(pipeline, original: torch.nn.Module, result: CheckResul
     computed = _computed(pipeline.built.module, original)
     result.metrics["computed_tensors"] = len(computed)
     if not computed:
-        result.fail(f"the {pipeline.case.algorithm_handoff.algorithm} model holds no parameter that differs from the "
+        result.fail(f"the {pipeline.case.rotation_handoff.algorithm} model holds no parameter that differs from the "
                     f"original's: the algorithm changed nothing")
         return
     tree = copy.deepcopy(pipeline.quantized)
@@ -180,7 +180,7 @@ def _sqnr_with_sites(pipeline, tree: torch.nn.Module, keep, sample, reference: t
 def run(pipeline) -> CheckResult:
     result = CheckResult()
     th = pipeline.check_settings(CHECK)
-    handoff = pipeline.case.algorithm_handoff
+    handoff = pipeline.case.rotation_handoff
     original = handoff.original(pipeline.built).eval()
 
     worst = 0.0
@@ -237,10 +237,10 @@ def run(pipeline) -> CheckResult:
 
 
 CHECK = Check(
-    name="algorithm_handoff",
+    name="rotation_handoff",
     run=run,
     description=__doc__.splitlines()[0],
-    applies=requires_capability("algorithm_handoff"),
+    applies=requires_capability("rotation_handoff"),
     settings=Settings,
     report=EVIDENCE_DETAILS,
     metrics=(
