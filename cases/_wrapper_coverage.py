@@ -8,14 +8,8 @@ exercises the wrapper, or tico no longer registers it). Checked against tico 0.3
 TICO's 50 smoke cases (``tico.quantization.recipes.debug.wrapper_smoke``), which the matrix
 mirrors, cover the nn / Llama layer / Gemma4 / Gemma4 assistant / Qwen3-VL families only, and
 no HF module any case builds contains the float classes below. The CNN-family, activation and
-tico-facade wrappers have their own cases in ``cases/cnn.py``.
+tico-facade wrappers have their own cases in ``cases/cnn.py``; the model-level Llama wrappers
+(and the SpinQuant Llama models they also wrap) theirs in ``cases/llama_model.py``.
 """
 
-UNEXERCISED: dict[str, str] = {
-    "QuantLlamaModel": ("Llama model-level wrapper (LlamaModel and SpinQuant's SpinLlamaModel, whose "
-                        "rotate_embedding it also wraps); TICO's Llama smoke stops at LlamaDecoderLayer, so "
-                        "the matrix has no Llama model case yet (pending #19 item 3)"),
-    "QuantLlamaForCausalLM": ("Llama causal-LM wrapper (LlamaForCausalLM and SpinQuant's SpinLlamaForCausalLM, "
-                              "whose rotate_lm_head it also wraps); TICO's Llama smoke stops at "
-                              "LlamaDecoderLayer, so the matrix has no Llama causal-LM case yet (pending #19 item 3)"),
-}
+UNEXERCISED: dict[str, str] = {}

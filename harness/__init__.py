@@ -21,6 +21,7 @@ from harness.case import (
     whole_module_export,
 )
 from harness.capture import first_call_kwarg
+from harness.case import RotationHandoffCapability  # own line: SpinQuant handoff (harness/checks/rotation_handoff.py)
 from harness.check_settings import merged as merged_settings
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
 from harness.checks.export_contract import calib_mode_adapter
@@ -46,6 +47,7 @@ __all__ = [
     "ProfileLimits",
     "RotaryCapability",
     "RotaryTables",
+    "RotationHandoffCapability",
     "Sample",
     "Sweep",
     "calib_mode_adapter",

@@ -159,6 +159,20 @@ class LanguageModelCapability:
     token_ids: Callable[[Sample], torch.Tensor]
 
 
+@dataclass(frozen=True)
+class RotationHandoffCapability:
+    """The case's float module is what a rotation algorithm (SpinQuant) made of
+    ``original(built)``, the float module before it; wrapq PTQ follows (the rotation_handoff
+    check). ``to_original(output, built)`` maps the case module's output into the original's
+    basis (None: the outputs must agree as they are); ``claimed_sites(path)`` selects the
+    fake-quant sites where the algorithm claims a lower quantization error (None: no claim)."""
+
+    algorithm: str
+    original: Callable[[Built], torch.nn.Module]
+    to_original: Callable[[torch.Tensor, Built], torch.Tensor] | None = None
+    claimed_sites: Callable[[str], bool] | None = None
+
+
 def default_ptq_config(profile: str) -> Any:
     """TICO's default PTQConfig; imported lazily so collection never needs tico."""
     from tico.quantization.config.ptq import PTQConfig
@@ -234,6 +248,8 @@ class Case:
     mask: MaskCapability | None = None
     # the output is language-model logits (switches on the model-level language-model metrics)
     language_model: LanguageModelCapability | None = None
+    # the float module is a rotation algorithm's output (SpinQuant): the rotation_handoff check
+    rotation_handoff: RotationHandoffCapability | None = None
     # () -> why the case cannot run here (an optional dependency beyond ``requires``, with the
     # command that installs it), or None; looked up once per session.
     unavailable: Callable[[], str | None] | None = None
@@ -301,6 +317,9 @@ class Case:
             value = getattr(self, attr)
             if value is not None and not isinstance(value, kind):
                 raise CaseDefinitionError(name, attr, f"must be {kind.__name__} or None, got {type(value).__name__}")
+        if self.rotation_handoff is not None and not isinstance(self.rotation_handoff, RotationHandoffCapability):
+            raise CaseDefinitionError(name, "rotation_handoff", f"must be RotationHandoffCapability or None, got "
+                                      f"{type(self.rotation_handoff).__name__}")
         if not isinstance(self.expected_failures, Mapping) or not all(
             isinstance(k, str) and isinstance(v, Expected) for k, v in self.expected_failures.items()
         ):

@@ -34,6 +34,7 @@ CAPABILITY_MARKERS += ("algorithm",)  # a PTQ algorithm before wrapq (harness/al
 JUNIT_METRICS = ("peir", "sqnr_db", "mean_abs_diff", "max_abs_diff", "fake_quantize_max_steps", "missing_unexplained",
                  "worst_score")
 _MARKERS = pytest.StashKey[set]()
+CAPABILITY_MARKERS += ("rotation_handoff",)  # a rotation algorithm (SpinQuant) before wrapq
 
 
 def register_marker(config: pytest.Config, name: str, description: str) -> None:

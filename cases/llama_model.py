@@ -1,0 +1,233 @@
+"""Model-level Llama cases on the tiny profile: ``llama_model`` (LlamaModel, 2 layers) and
+``llama_for_causal_lm`` (LlamaForCausalLM, tied head), through ``QuantLlamaModel`` and
+``QuantLlamaForCausalLM`` (issue #19 item 3).
+
+Inputs are token ids (``torch.randint``: the same ids under every kernel selection), a batch of
+two whose second row is right-padded, so the model builds its own RoPE and its own causal +
+padding mask. The wrapper gets the padding mask as (B, 1, S) bool keys, HF its own (B, S) form:
+``QuantLlamaModel`` adds a bool mask to its (1, 1, S, S) causal template as given
+(llama/quant_model.py:483-486), so (B, S) would broadcast as a (query, key) matrix (diagnosed on
+the real_weights profile, ``cases/llama_real_weights.py``).
+
+Export: ``QuantLlamaModel`` has no export mode in tico 0.3.0 (tico's Llama export recipe,
+recipes/export/llama.py, exports the token embedding, each decoder layer and the head as separate
+programs), so its export checks are n/a; ``QuantLlamaForCausalLM.as_export_module('prefill')``
+exports token ids -> logits over the static window, and the causal LM runs every export check.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness import (
+    Built,
+    Case,
+    CaseInputs,
+    Expected,
+    ExportCapability,
+    LanguageModelCapability,
+    MaskCapability,
+    MaskProbe,
+    RotaryCapability,
+    RotaryTables,
+    Sample,
+    calib_mode_adapter,
+    first_call_kwarg,
+    unwrap,
+)
+
+from cases import llama
+from cases._shared_diagnoses import replaced_qparams
+
+LAYERS = 2
+VOCAB = 64
+WINDOW = llama.MAX_SEQ  # max_position_embeddings: the static window
+INIT_STD = 0.2
+PADDED_LENGTH = 11  # valid tokens of the padded row of the default evaluation batch
+
+
+def model_config(profile: str):
+    """The tiny Llama layer config (cases/llama.py) with 2 layers, a 64-token vocabulary and a tied head."""
+    config = llama.llama_config(profile)
+    config.num_hidden_layers = LAYERS
+    config.vocab_size = VOCAB
+    config.tie_word_embeddings = True
+    config.pad_token_id = None
+    # HF's default init (std 0.02) gives attention logits of +-0.02: under a tenth of one obs_mask_add
+    # step, so attention is uniform over the allowed keys and the head's logits rank no token (top-1
+    # agreement 1.0, KL 0: nothing to lose). std 0.2 (measured) spans several steps and ranks tokens.
+    config.initializer_range = INIT_STD
+    return config
+
+
+def token_batch(batch: int, seq: int, valid: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, (B, S) long mask): seeded ids; row b keeps ``valid[b]`` real tokens (right padding)."""
+    ids = torch.randint(0, VOCAB, (batch, seq))
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    for row, length in enumerate(valid or []):
+        mask[row, length:] = 0
+    return ids, mask
+
+
+def lm_sample(ids: torch.Tensor, mask2d: torch.Tensor) -> Sample:
+    """The wrapper's call: the padding mask as (B, 1, S) bool keys (module docstring)."""
+    return Sample(kwargs={"input_ids": ids, "attention_mask": mask2d.to(torch.bool)[:, None, :], "use_cache": False},
+                  valid_tokens=mask2d.to(torch.bool))
+
+
+def hf_call(reference: torch.nn.Module, sample: Sample):
+    """HF gets its own (B, S) padding mask."""
+    kwargs = dict(sample.kwargs)
+    kwargs["attention_mask"] = kwargs["attention_mask"][:, 0, :].long()
+    return reference(**kwargs)
+
+
+def token_inputs() -> CaseInputs:
+    """Calibration: three full batches and one padded; evaluation: a padded batch (default) and
+    one full window (export, the deployment profile of the prefill adapter)."""
+    calibration = [token_batch(2, WINDOW) for _ in range(3)] + [token_batch(2, WINDOW, [WINDOW, 7])]
+    default = token_batch(2, WINDOW, [WINDOW, PADDED_LENGTH])
+    export = token_batch(1, WINDOW)
+    return CaseInputs(calibration=tuple(lm_sample(*pair) for pair in calibration),
+                      evaluation={"default": lm_sample(*default), "export": lm_sample(*export)})
+
+
+def build_model(profile: str) -> Built:
+    from transformers.models.llama.modeling_llama import LlamaModel
+
+    config = model_config(profile)
+    return Built(LlamaModel(config), token_inputs(), facts={"config": config})
+
+
+def build_causal_lm(profile: str) -> Built:
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+    config = model_config(profile)
+    module = LlamaForCausalLM(config)
+    assert module.lm_head.weight is module.model.embed_tokens.weight, "the tiny causal LM must tie its head"
+    return Built(module, token_inputs(), facts={"config": config})
+
+
+def llama_model_of(root: torch.nn.Module) -> torch.nn.Module:
+    """The QuantLlamaModel inside a wrapped LlamaModel or (Spin)LlamaForCausalLM tree."""
+    inner = unwrap(root)
+    return unwrap(inner.model) if hasattr(inner, "lm_head") else inner
+
+
+def model_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, built: Built) -> list[RotaryTables]:
+    """The model's RoPE templates and what it feeds its first layer, vs HF's rotary module over
+    the static window, in the pre-negated-sin convention of tico's default attention profile."""
+    config = built.facts["config"]
+    model = llama_model_of(wrapped)
+    ids = built.inputs.evaluation["export"].kwargs["input_ids"]
+    used = first_call_kwarg(wrapped, model.layers[0], lambda m: m(input_ids=ids, use_cache=False),
+                            "position_embeddings")
+    expected = llama.pre_negate_sin(llama.hf_rope(config, 1, WINDOW))
+    return [RotaryTables("template", (model.rope_cos_template, model.rope_sin_template), expected),
+            RotaryTables("fed_to_layer0", tuple(used), expected)]
+
+
+def model_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
+    """The additive mask the model hands its first layer: without a mask (its causal template)
+    and from the padded evaluation batch's (B, 1, S) bool mask (causal and padded keys masked)."""
+    model = llama_model_of(root)
+    fill = float(model.qcfg.attention_mask_fill_value)
+    causal = torch.ones(WINDOW, WINDOW, dtype=torch.bool).tril()[None]
+    export_ids = built.inputs.evaluation["export"].kwargs["input_ids"]
+    own = first_call_kwarg(root, model.layers[0], lambda m: m(input_ids=export_ids, use_cache=False), "attention_mask")
+    padded = built.inputs.evaluation["default"]
+    keys = padded.kwargs["attention_mask"]  # (B, 1, S) bool
+    batch = keys.shape[0]
+    fed = first_call_kwarg(root, model.layers[0], lambda m: padded.call(m), "attention_mask")
+    return [
+        MaskProbe("causal_template", own.reshape(1, WINDOW, WINDOW), torch.ones(1, WINDOW, dtype=torch.bool), fill,
+                  allowed=causal),
+        MaskProbe("causal_with_padding", fed.reshape(batch, WINDOW, WINDOW), padded.valid_tokens, fill,
+                  allowed=causal & keys),
+    ]
+
+
+TEMPLATE_COPIES = Expected(
+    "QuantLlamaModel registers the causal-mask and RoPE templates once for the model (llama/quant_model.py:137, "
+    "180-181) and every QuantLlamaDecoderLayer registers its own copies (llama/quant_decoder_layer.py:133, 168-173), "
+    "as does every QuantLlamaAttention its causal mask (llama/quant_attention.py:236): the same tensors are held "
+    "once more per layer",
+    problems=(r"^the wrapper tree holds \S*layers\.\d+\.wrapped\.(self_attn\.wrapped\.)?(causal_mask|rope_cos|rope_sin)"
+              r"_template, a copy of (\S*\.)?wrapped\.(causal_mask|rope_cos|rope_sin)_template with the same contents",),
+)
+_KEY_FOLD = ("the default (npu_export) profile folds the attention scale into k_proj: the raw-logit and scale "
+             "observers serve the scale_fusion='none' profile only")
+_NO_CACHE = "the model cases run prefill without a cache (use_cache=False): past and new K/V observers serve decode"
+UNUSED_OBSERVERS = {
+    "*.self_attn.wrapped.obs_scale": _KEY_FOLD, "*.self_attn.wrapped.obs_logits_raw": _KEY_FOLD,
+    "*.self_attn.wrapped.obs_past_key": _NO_CACHE, "*.self_attn.wrapped.obs_past_value": _NO_CACHE,
+    "*.self_attn.wrapped.obs_new_k": _NO_CACHE, "*.self_attn.wrapped.obs_new_v": _NO_CACHE,
+}
+_NO_MODEL_EXPORT = ("QuantLlamaModel has no as_export_module or export mode in tico 0.3.0; tico's Llama export recipe "
+                    "(recipes/export/llama.py) exports the token embedding, each decoder layer and the head as "
+                    "separate programs, which the layer cases and llama_for_causal_lm cover")
+EXPORT_CHECKS = ("dynamic_vs_export", "torch_export", "circle_replay", "qparam_audit", "qparam_consistency",
+                 "export_contract")
+
+causal_lm_export = ExportCapability(
+    adapter=lambda root, sample, built: unwrap(root).as_export_module("prefill", return_kv=False),
+    args=lambda s: (s.kwargs["input_ids"],),
+    samples=("export",),
+    unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
+)
+CAUSAL_LM_CALIB_ADAPTER = calib_mode_adapter(
+    "QuantLlamaForCausalLM.as_export_module builds its prefill adapter in any mode, CALIB included "
+    "(llama/quant_model_for_causal_lm.py:290-299 checks only the mode name)")
+
+CASES = [
+    Case(
+        name="llama_model",
+        family="llama",
+        build=build_model,
+        seed=0,
+        description="LlamaModel, 2 layers: token ids with a padded row, the model's own RoPE and causal + padding mask",
+        requires=llama.LLAMA_REQUIRES,
+        expected_wrapper="QuantLlamaModel",
+        reference_call=hf_call,
+        # Measured 2026-12-02 on clean tico 0.3.0, native and ATEN_CPU_CAPABILITY=default kernels (the same
+        # to 1e-5: integer inputs, 2 layers): worst sample mean |d| 0.1227, max |d| 0.8412, PEIR 0.1806,
+        # SQNR 15.14 dB; limits 1.25x the worst, SQNR 1.5 dB below it. NO_QUANT vs HF: 0.0.
+        settings={"quant_accuracy": {"max_mean_abs_diff": 0.153, "max_abs_diff": 1.05, "max_peir": 0.226,
+                                     "min_sqnr_db": 13.6}},
+        rotary=RotaryCapability(tables=model_rotary),
+        mask=MaskCapability(probes=model_masks),
+        unused_observers=UNUSED_OBSERVERS,
+        not_applicable={check: _NO_MODEL_EXPORT for check in EXPORT_CHECKS},
+        expected_failures={"no_side_effects": TEMPLATE_COPIES},
+    ),
+    Case(
+        name="llama_for_causal_lm",
+        family="llama",
+        build=build_causal_lm,
+        seed=0,
+        description="LlamaForCausalLM, 2 layers, tied head: token ids with a padded row; prefill export to logits",
+        requires=llama.LLAMA_REQUIRES,
+        expected_wrapper="QuantLlamaForCausalLM",
+        reference_call=hf_call,
+        # Measured 2026-12-02 on clean tico 0.3.0, native and ATEN_CPU_CAPABILITY=default kernels (the same
+        # to 1e-5): worst sample mean |d| 0.0854, max |d| 0.7935, PEIR 0.1337, SQNR 16.69 dB; pooled over both
+        # samples PPL ratio 0.9994, top-1 agreement 0.75, KL 0.00583 nats; limits 1.25x the worst (top-1
+        # agreement / 1.25), SQNR 1.5 dB below it. Circle replay as exported max 15 / mean 2.05 steps on the
+        # logits, all of it the qparams tico replaces (qparam_consistency); aligned to them 0 / 0, so the
+        # limits are the one-flip floor.
+        settings={"quant_accuracy": {"max_mean_abs_diff": 0.107, "max_abs_diff": 0.99, "max_peir": 0.167,
+                                     "min_sqnr_db": 15.2},
+                  "lm_quality": {"max_ppl_ratio": 1.25, "min_top1_agreement": 0.6, "max_kl_divergence": 0.0073},
+                  "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1}},
+        export=causal_lm_export,
+        rotary=RotaryCapability(tables=model_rotary),
+        mask=MaskCapability(probes=model_masks),
+        language_model=LanguageModelCapability(token_ids=lambda s: s.kwargs["input_ids"]),
+        unused_observers=UNUSED_OBSERVERS,
+        expected_failures={
+            "no_side_effects": TEMPLATE_COPIES,
+            "export_contract": CAUSAL_LM_CALIB_ADAPTER,
+            "qparam_consistency": replaced_qparams(embedding=True, llama_residual=True),
+        },
+    ),
+]
