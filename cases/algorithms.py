@@ -270,7 +270,8 @@ def _derived(base: str, name: str, algorithm: AlgorithmCapability, nightly: bool
     if nightly:
         build = changes.pop("build", case.build)
         changes.update(build=lambda profile: build("tiny"), profiles=(NIGHTLY,), golden_profiles=(NIGHTLY,))
-    return dataclasses.replace(case, name=name, algorithm=algorithm,
+    # The base's configuration sweep (if any) is the base's: this case replaces its builder.
+    return dataclasses.replace(case, name=name, algorithm=algorithm, sweep=None,
                                description=algorithm.description, **changes)
 
 
