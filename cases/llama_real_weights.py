@@ -44,6 +44,8 @@ from harness import (
 from harness import real_weights as rw
 
 from cases import llama
+from cases.llama_model import hf_call as _hf_lm  # HF gets its own (B, S) padding mask
+from cases.llama_model import lm_sample as _lm_sample  # the wrapper's (B, 1, S) mask: llama_model's docstring
 from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import PRESENT_V_PER_HEAD_PATTERN, PRESENT_V_PER_HEAD_REASON, replaced_qparams
 
@@ -220,21 +222,6 @@ def build_decoder_layer_decode(layer_index: int):
 
 
 # --- the first N layers plus the head --------------------------------------------------------
-
-
-def _lm_sample(ids: torch.Tensor, mask2d: torch.Tensor) -> Sample:
-    """The wrapper gets the padding mask as (B, 1, S) bool keys: QuantLlamaModel adds a bool/int
-    mask to its (1, 1, S, S) causal template as it is (llama/quant_model.py:483-486), so HF's (B, S)
-    form broadcasts as a (query, key) matrix -- it raises for 1 < B != S and would mis-mask for
-    B == S; (B, 1, S) broadcasts per batch row over the queries. HF gets its own (B, S) form."""
-    return Sample(kwargs={"input_ids": ids, "attention_mask": mask2d.to(torch.bool)[:, None, :], "use_cache": False},
-                  valid_tokens=mask2d.to(torch.bool))
-
-
-def _hf_lm(reference: torch.nn.Module, sample: Sample):
-    kwargs = dict(sample.kwargs)
-    kwargs["attention_mask"] = kwargs["attention_mask"][:, 0, :].long()
-    return reference(**kwargs)
 
 
 _TEMPLATE_COPIES = Expected(
