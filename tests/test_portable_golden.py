@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _golden_run(tmp_path: Path, capability: str, selection: str, defect: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "2", "-k", selection, "--no-circle-cache", "--no-export-cache",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "2", "-k", selection, "--sweep", "off", "--no-circle-cache", "--no-export-cache",
            "--wrapq-report-dir", str(tmp_path / "reports")]
     if defect:
         env["WRAPQ_SEEDED_DEFECT"] = defect

@@ -230,7 +230,7 @@ REAL_SELECTION = "nn_linear and (quant_accuracy or golden or noquant_parity)"
 @pytest.fixture(scope="module")
 def real_results(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("real")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-k", REAL_SELECTION,
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-k", REAL_SELECTION, "--sweep", "off",
                            f"--wrapq-report-dir={out}"], cwd=REPO, env=dict(os.environ), capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
