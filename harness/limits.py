@@ -11,7 +11,8 @@ gated comes from the checks' declarations: every metric a check declares with ``
 settings field gating it). For every case of the profile, each gated metric's worst value over
 the runs becomes a limit with ``MARGIN`` headroom (a "higher is better" metric in dB:
 ``SQNR_MARGIN_DB`` below the worst), never below the metric's declared ``floor`` (e.g. one
-rounding flip of the Circle runtime). Only fields the case gates (not None in the settings the
+rounding flip of the Circle runtime); a counted metric (whole Circle steps) is proposed as the
+count it measured, at least its floor. Only fields the case gates (not None in the settings the
 run recorded) are proposed, plus a ``limit_fallback`` metric whose own limit would exceed its
 fallback's. The output is a module (``LIMITS = {case: ({check: {field: limit}}, source)}``) to
 review and save as ``cases/_limits_<profile>.py``; case files apply it with
@@ -78,7 +79,16 @@ def _stated(records: list[dict], check: str) -> dict[str, Any] | None:
     return None
 
 
+# A counted metric (whole levels, e.g. Circle max steps) reads within this of a whole number
+# when float error alone moves it (an INT16 flip reads 1.000118 steps); further off, it is
+# not a count and gets the usual headroom.
+COUNT_TOLERANCE = 0.01
+
+
 def _limit(metric: dict[str, Any], values: list[float]) -> tuple[float, float]:
+    if metric.get("counts") and abs(max(values) - round(max(values))) <= COUNT_TOLERANCE:
+        worst = max(values)
+        return max(float(round(worst)), float(metric.get("floor") or 0.0)), worst
     if metric.get("better") == "higher":
         worst = min(values)
         limit = _round_down(worst - SQNR_MARGIN_DB) if metric.get("unit") == "dB" else _round_down(worst / MARGIN)
@@ -125,8 +135,8 @@ def propose(runs: list[list[dict]], profile: str, checks: dict[str, dict[str, An
 
 def render(proposals: dict[str, dict[Field, tuple[float, float, str]]], profile: str, run_names: list[str]) -> str:
     """A reviewable module: each case's gated fields and the source of the numbers."""
-    margin = (f"{MARGIN}x the worst (dB metrics {SQNR_MARGIN_DB} dB below it; never below a metric's floor: "
-              f"one flip for Circle steps, 0.1 for mean steps)")
+    margin = (f"{MARGIN}x the worst (dB metrics {SQNR_MARGIN_DB} dB below it; Circle max steps: the whole steps "
+              f"counted; never below a metric's floor: one flip for Circle steps, 0.1 for mean steps)")
     lines = [f'"""Limits for profile {profile!r}, proposed by python -m harness limits from clean runs '
              f"({', '.join(run_names)}) and reviewed.",
              "",

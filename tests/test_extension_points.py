@@ -118,6 +118,19 @@ def test_without_the_plugin_its_settings_name_no_check(toy_project):
     assert "case 'toy_strict': field 'settings': names no check: toy_output_range" in result.stdout.str()
 
 
+def test_a_case_stating_no_replay_limits_is_held_to_the_arithmetic_floor():
+    """A case that states no circle_replay limits (e.g. an algorithm case whose settings replace
+    its base's) is gated at one rounding flip and 0.1 mean step, never left ungated."""
+    import dataclasses
+
+    from harness.check_settings import resolve
+    from harness.checks.circle_replay import CHECK as CIRCLE, MEAN_STEPS_FLOOR, ROUNDING_FLIP_STEPS
+    from tests.test_profile_limits import LINEAR
+
+    unstated = resolve(CIRCLE, dataclasses.replace(LINEAR, settings={}), "tiny")
+    assert (unstated.max_steps, unstated.mean_steps) == (ROUNDING_FLIP_STEPS, MEAN_STEPS_FLOOR) == (1.0, 0.1)
+
+
 def test_settings_resolve_defaults_then_case_then_profile():
     from harness import ProfileLimits, merged_settings
     from harness.check_settings import resolve, validate

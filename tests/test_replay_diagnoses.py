@@ -435,3 +435,23 @@ def test_a_residual_sum_given_qparams_of_no_fake_quant_is_not_absorbed(monkeypat
     assert len(refusal) == 1 and f"tensor {seeded[0]} (aten.add.Tensor)" in refusal[0] \
         and "qparams of no fake-quant torch applied to it (not what the diagnosis explains)" in refusal[0], replay.notes
     assert not replay.passed and "Circle FAKE_QUANTIZE" in problems_text(replay)
+
+
+def test_one_flip_on_a_wide_grid_is_one_step_up_to_float32_resolution():
+    """An INT16 output is a float32 value up to ~32767 steps from zero: the difference of two
+    such values carries float error far above 1e-4 step (measured on llama_mlp_real_l15: its
+    one flip read 1.000118 steps). The max-steps slack grows with the magnitude, so one flip
+    passes a one-step limit and two flips still fail it."""
+    from harness.checks.circle_replay import STEP_SLACK, _float_slack_steps
+
+    step = 1.2345678e-4
+    levels = torch.arange(30000, 32767, dtype=torch.float64)
+    torch_out, one_flip, two_flips = (((levels + k) * step).to(torch.float32) for k in (0, 1, 2))
+    one = ((one_flip.double() - torch_out.double()).abs() / step).max().item()
+    two = ((two_flips.double() - torch_out.double()).abs() / step).max().item()
+    slack = _float_slack_steps(one_flip, torch_out, step)
+    assert one > 1.0 + STEP_SLACK  # the old fixed slack called this more than one step
+    assert one <= 1.0 + slack < 1.01  # float32 resolution, not a level
+    assert two > 1.0 + slack
+    # on a uint8 grid the fixed slack is the bound
+    assert _float_slack_steps(torch.arange(256.0) * 0.01, torch.arange(256.0) * 0.01, 0.01) == STEP_SLACK

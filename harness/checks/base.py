@@ -86,6 +86,9 @@ class Metric:
     terminal summary and the report overview. ``floor`` is the smallest limit worth stating
     (e.g. one rounding flip of the Circle runtime); ``limit_fallback`` names the settings field
     that gates the metric while ``limit`` is None (extra outputs fall back to output 0's limit).
+    ``counts`` marks a metric that measures a whole number of levels (the max Circle steps: each
+    one a rounding flip) up to float error: a proposed limit is the measured count, not the count
+    with headroom, since 1.25 x 2 flips gates exactly what 2 does.
     ``regression`` is how the nightly dashboard judges a move of a tracked metric (see
     ``RegressionPolicy``; the default: the dashboard's margin, widened to 3 x the series' noise)."""
 
@@ -97,6 +100,7 @@ class Metric:
     headline: bool = False
     floor: float | None = None
     limit_fallback: str | None = None
+    counts: bool = False
     regression: RegressionPolicy = RegressionPolicy()
 
     def __post_init__(self) -> None:
@@ -111,7 +115,8 @@ class Metric:
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "better": self.better, "unit": self.unit, "label": self.label or self.name,
                 "limit": self.limit, "headline": self.headline, "floor": self.floor,
-                "limit_fallback": self.limit_fallback, "regression": self.regression.describe()}
+                "limit_fallback": self.limit_fallback, "counts": self.counts,
+                "regression": self.regression.describe()}
 
 
 @dataclass(frozen=True)
