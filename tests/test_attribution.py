@@ -137,6 +137,19 @@ def test_explain_ranks_mask_add_first():
     assert lines[3].split()[0] == "wrapped.obs_mask_add", done.stdout
 
 
+def test_explain_builds_a_sweep_variant_and_refuses_a_value_no_axis_declares():
+    def explain(*args):
+        return subprocess.run([sys.executable, "-m", "harness", "explain", "llama_attention_prefill", *args],
+                              cwd=REPO, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    done = explain("--variant", "kv_heads=2", "--top", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("llama_attention_prefill [tiny,kv_heads=2] "), done.stdout[:200]
+    refused = explain("--variant", "kv_heads=7")
+    assert refused.returncode == 2 and "'7' is not a value of 'kv_heads'" in refused.stderr, refused.stderr
+
+
 def test_clean_cases_pass_under_the_scalar_kernels(tmp_path):
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(REPO)}
     selection = ("attribution and tiny and (qwen3_vl_text_mlp or qwen3_vl_text_attention_prefill or nn_layernorm "

@@ -17,6 +17,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness explain", description=__doc__.splitlines()[0])
     parser.add_argument("case", help="case name (as in the catalog)")
     parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--variant", default="",
+                        help="a point of the case's sweep, as its node id names it: 'kv_heads=2,layout=unrolled' "
+                             "(any declared axis values, also those no sweep mode selects)")
     parser.add_argument("--top", type=int, default=15, help="rows to print (default 15; 0: all)")
     parser.add_argument("--max-sites", type=int, default=None,
                         help="sites to evaluate (default: the case's attribution max_sites setting)")
@@ -45,6 +48,11 @@ def main(argv: list[str]) -> int:
     if args.profile not in case.profiles:
         print(f"case {case.name!r} has no profile {args.profile!r} (it has {', '.join(case.profiles)})", file=sys.stderr)
         return 2
+    if args.variant:
+        case, problem = _variant_of(case, args.variant, args.profile)
+        if problem:
+            print(problem, file=sys.stderr)
+            return 2
     unavailable = case.unavailable_reason()
     if unavailable:
         print(f"case {case.name!r} cannot run here: {unavailable}", file=sys.stderr)
@@ -54,7 +62,9 @@ def main(argv: list[str]) -> int:
     att = attribute(pipeline, max_sites=max_sites)
     limit = None if args.top == 0 else args.top
     headers = ["site", "gain dB", "scale", "zp", "range", "clipped %", "boundary"]
-    print(f"{case.name} [{args.profile}]  sample {att.sample!r}: SQNR as is {att.sqnr_db:.2f} dB, PEIR {att.peir:.4g}")
+    from harness.sweep import group_label
+
+    print(f"{case.name} [{group_label(case, args.profile)}]  sample {att.sample!r}: SQNR as is {att.sqnr_db:.2f} dB, PEIR {att.peir:.4g}")
     print(tabulate(table_rows(att, limit), headers=headers, disable_numparse=True))
     applied = sum(1 for s in att.sites if s.enabled and s.calls)
     print(f"{att.evaluated} of {len(att.sites)} sites evaluated ({applied} applied on the sample"
@@ -83,6 +93,21 @@ def main(argv: list[str]) -> int:
     if args.deployed:
         _print_deployed(pipeline, limit, tabulate)
     return 0
+
+
+def _variant_of(case, selector: str, profile: str):
+    """(the case as the sweep variant ``selector`` runs it, None) or (case, why not)."""
+    from harness.sweep import SweepError, expand, make_variant, parse_selector
+
+    if case.sweep is None:
+        return case, f"case {case.name!r} declares no sweep, so it has no variant {selector!r}"
+    if profile not in case.sweep.profiles:
+        return case, f"case {case.name!r} sweeps profile(s) {', '.join(case.sweep.profiles)}, not {profile!r}"
+    try:
+        chosen = parse_selector(case.sweep, selector, "--variant")
+    except SweepError as exc:
+        return case, str(exc)
+    return expand(case, make_variant(case.sweep, chosen)), None
 
 
 def _print_deployed(pipeline, limit, tabulate) -> None:
