@@ -12,6 +12,7 @@ import torch
 from cases.gemma4_text import CASES as GEMMA_TEXT_CASES
 from cases.llama import CASES as LLAMA_CASES
 from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
+from harness.checks.circle_replay import _float_slack_steps
 from harness.pipeline import Pipeline
 from harness.qparam_consistency import aligned_to_circle, circle_fake_quant
 from tests.helpers import _CLEAN, CHECKS, problems_text, run_check, run_clean_check
@@ -40,7 +41,10 @@ def _aligned_steps(case, **change) -> list[float]:
     circle = pipeline.circle_outputs("fake_quantize")
     steps = []
     for leaf, out, scales in zip(leaves, circle, pipeline.circle.output_scales):
-        steps.append(float((out - leaf).abs().max()) / scales[0])
+        reading = float((out - leaf).abs().max()) / scales[0]
+        # a whole number of flips read through float32 error (an INT16 output: 1.00016) is that count
+        slack = _float_slack_steps(out, leaf, scales[0])
+        steps.append(float(round(reading)) if abs(reading - round(reading)) <= slack else reading)
     return steps
 
 
@@ -162,17 +166,22 @@ def test_circle_kernels_explain_the_gemma4_model_gap():
     """Circle's RMS_NORM (float64, a division) and FULLY_CONNECTED (numpy's float32 matmul) compute
     otherwise than torch's kernels; natively the first level flip is at q_proj's output, and the
     layer spreads it. Each kernel left out of the aligned copy brings a gap back (FULLY_CONNECTED
-    under torch's vectorized kernels, AVX2 and AVX-512: measured 3 steps; under the scalar ones,
-    ATEN_CPU_CAPABILITY=default, no flip lands there: 0); with both it is gone under all three, and
-    the case's limit is the one-flip floor."""
+    under torch's vectorized kernels: measured 3 steps on an AVX-512 Intel machine and under avx2
+    there, 1 on an AVX2 AMD EPYC; under the scalar ones, ATEN_CPU_CAPABILITY=default, no flip lands
+    there: 0); with both it is gone under all of them, and the case's limit is the one-flip floor.
+    Whether a GEMM's summation order puts an element across a boundary depends on the CPU: where
+    none lands, the FULLY_CONNECTED half cannot be reproduced and is skipped, said so."""
     case = _gemma4_model()
     assert max(_aligned_steps(case, circle_kernels=False)) >= 2                          # measured 5, default 2
     assert max(_aligned_steps(case, circle_kernels=frozenset({"FULLY_CONNECTED"}))) >= 2  # measured 5, default 2
-    without_fc = max(_aligned_steps(case, circle_kernels=frozenset({"RMS_NORM"})))
-    if torch.backends.cpu.get_cpu_capability() != "DEFAULT":
-        assert without_fc >= 2, without_fc                                                  # measured 3
     assert max(_aligned_steps(case)) <= 1.0                                                 # measured 0
     assert case.settings["circle_replay"]["max_steps"] == 1.0
+    without_fc = max(_aligned_steps(case, circle_kernels=frozenset({"RMS_NORM"})))
+    if torch.backends.cpu.get_cpu_capability() != "DEFAULT":
+        if without_fc == 0:
+            pytest.skip("no FULLY_CONNECTED output of gemma4_model lands on a rounding boundary under this CPU's "
+                        "GEMM: the FULLY_CONNECTED diagnosis cannot be reproduced here (the RMS_NORM one was)")
+        assert without_fc >= 1, without_fc                                                  # measured 3 / 1
 
 
 def test_weights_keep_torch_rounding_in_the_aligned_copy_gemma4_model():
