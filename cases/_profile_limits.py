@@ -33,5 +33,10 @@ def with_profile_limits(cases: list, profile: str,
             limits = ProfileLimits(settings, source=source,
                                    unused_observers=unused_observers.get(case.name))
             case = dataclasses.replace(case, profile_limits={**case.profile_limits, profile: limits})
+        elif profile in case.profiles and case.name in unused_observers:
+            # no measured limits yet, but the profile's own allowlist still applies
+            limits = ProfileLimits({}, source=f"no limits stated for profile {profile!r}: the case's settings for "
+                                   f"{case.profiles[0]!r} apply unchanged", unused_observers=unused_observers[case.name])
+            case = dataclasses.replace(case, profile_limits={**case.profile_limits, profile: limits})
         updated.append(case)
     return updated

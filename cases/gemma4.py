@@ -520,12 +520,13 @@ CASES = with_expected(CASES, {
 
 
 # The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
-CASES = with_profile_limits(CASES, "e2b_dims", unused_observers={
-    "gemma4_vision_model": {"obs_minus_bias": (
-        "QuantGemma4VisionModel applies obs_minus_bias only when config.standardize "
-        "(gemma4/quant_vision_model.py:187-196); the E2B vision config, like TICO's e2b_dims smoke, does not "
-        "standardize, so at this width it is never fed")},
-})
+_NO_STANDARDIZE = {"gemma4_vision_model": {"obs_minus_bias": (
+    "QuantGemma4VisionModel applies obs_minus_bias only when config.standardize "
+    "(gemma4/quant_vision_model.py:187-196); the E2B vision config, like TICO's e2b_dims and e2b_static_runtime "
+    "smoke, does not standardize, so at this width it is never fed")}}
+CASES = with_profile_limits(CASES, "e2b_dims", unused_observers=_NO_STANDARDIZE)
+# The static_runtime profile's limits (cases/_limits_static_runtime.py); E2B widths, so the same allowlist.
+CASES = with_profile_limits(CASES, "static_runtime", unused_observers=_NO_STANDARDIZE)
 
 
 # The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).

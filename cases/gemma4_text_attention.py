@@ -333,3 +333,5 @@ CASES = with_expected(CASES, {
 
 # The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
 CASES = with_profile_limits(CASES, "e2b_dims")
+# The static_runtime profile's limits (cases/_limits_static_runtime.py).
+CASES = with_profile_limits(CASES, "static_runtime")

@@ -31,6 +31,7 @@ from harness import (
 from harness import first_call_kwarg
 from harness import unwrap
 
+from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 from cases import _static_runtime as static
 
@@ -675,6 +676,9 @@ CASES = with_expected(CASES, {
     "llama_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True, llama_residual=True)},
 })
 
+
+# The static_runtime profile's limits (cases/_limits_static_runtime.py).
+CASES = with_profile_limits(CASES, STATIC)
 
 # The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
 for _name, _shape in (("llama_mlp", "prefill_seq_len"), ("llama_attention_prefill", "prefill_seq_len"),
