@@ -32,7 +32,8 @@ from harness import first_call_kwarg
 from harness import unwrap
 
 from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
+from cases._shared_diagnoses import (MASK_TEMPLATE_PER_LAYER, PRESENT_V_PER_HEAD_PATTERN, PRESENT_V_PER_HEAD_REASON,
+                                     replaced_qparams, with_expected)
 from cases import _static_runtime as static
 
 LLAMA_REQUIRES = ("transformers.models.llama.modeling_llama",)
@@ -677,8 +678,13 @@ CASES = with_expected(CASES, {
 })
 
 
-# The static_runtime profile's limits (cases/_limits_static_runtime.py).
-CASES = with_profile_limits(CASES, STATIC)
+# The static_runtime profile's limits (cases/_limits_static_runtime.py). At Llama 3.2-3B widths the decode layer
+# has 8 KV heads, so its unrolled attention shows the per-head present-V finding (cases/_shared_diagnoses.py) the
+# 1-KV-head tiny config cannot (measured at static_runtime: 8 concatenations cat_2 .. cat_44, one per head).
+_DECODE_QPARAMS = next(c for c in CASES if c.name == "llama_decoder_layer_decode").expected_failures["qparam_consistency"]
+CASES = with_profile_limits(CASES, STATIC, expected_failures={"llama_decoder_layer_decode": {"qparam_consistency": Expected(
+    _DECODE_QPARAMS.reason + "; " + PRESENT_V_PER_HEAD_REASON,
+    problems=tuple(_DECODE_QPARAMS.problems) + (PRESENT_V_PER_HEAD_PATTERN,))}})
 
 # The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
 for _name, _shape in (("llama_mlp", "prefill_seq_len"), ("llama_attention_prefill", "prefill_seq_len"),
