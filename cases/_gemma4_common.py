@@ -7,6 +7,8 @@ import torch
 
 from harness import Sample
 
+from cases import _static_runtime as static
+
 GEMMA4_REQUIRES = ("transformers.models.gemma4.modeling_gemma4",)
 GEMMA4_MIN_VERSIONS = {"transformers": "5.9"}
 
@@ -51,10 +53,12 @@ _E2B_VISION = dict(
     allow_global_per_layer_attribute_access=True,
 )
 
-_VISION_PROFILES = {"tiny": _TINY_VISION, "e2b_dims": _E2B_VISION}
+# static_runtime (TICO's e2b_static_runtime) keeps the e2b_dims widths; its shapes are the deployment's.
+_VISION_PROFILES = {"tiny": _TINY_VISION, "e2b_dims": _E2B_VISION, static.PROFILE: _E2B_VISION}
 
-# Cases whose builders accept TICO's real-width profile (its _GEMMA4_E2B_DIMS_SUPPORTED_CASES).
-E2B_PROFILES = ("tiny", "e2b_dims")
+# Cases whose builders accept TICO's real-width profiles (its _GEMMA4_E2B_DIMS_SUPPORTED_CASES, all of
+# which but k_eq_v are in its _GEMMA4_E2B_STATIC_RUNTIME_SUPPORTED_CASES too).
+E2B_PROFILES = ("tiny", "e2b_dims", static.PROFILE)
 
 
 def vision_config(profile: str):
@@ -80,15 +84,23 @@ def padded_positions(valid: int, total: int, width: int) -> torch.Tensor:
     return pos
 
 
+def static_positions() -> torch.Tensor:
+    """TICO's static vision input layout (e2b_66x36_264): a row-major 36 x 66 patch grid, then
+    (-1, -1) padding up to max_soft_tokens * kernel**2 patch slots."""
+    return padded_positions(static.GEMMA4_VALID_PATCHES, static.GEMMA4_NUM_PATCHES, width=static.GEMMA4["patch_grid_width"])
+
+
 def valid_patches(positions: torch.Tensor) -> torch.Tensor:
     """Patch slots that hold an image patch (padding slots carry position (-1, -1))."""
     return positions[..., 0] >= 0
 
 
-def vision_model_sample(cfg, positions: torch.Tensor) -> Sample:
+def vision_model_sample(cfg, positions: torch.Tensor, *, unit_range: bool = False) -> Sample:
     """Flattened pixel patches as the image processor hands them over: padding slots, marked
     (-1, -1) in ``positions``, are zero. The output is the stripped (tokens, hidden) matrix of
-    valid soft tokens only, so no ``valid_tokens`` mask applies to it."""
-    pixels = torch.randn(1, positions.shape[1], 3 * cfg.patch_size**2)
+    valid soft tokens only, so no ``valid_tokens`` mask applies to it. ``unit_range``: pixels in
+    [0, 1), as TICO's static-runtime smoke draws them (a processed image), instead of normals."""
+    draw = torch.rand if unit_range else torch.randn
+    pixels = draw(1, positions.shape[1], 3 * cfg.patch_size**2)
     pixels = pixels.masked_fill(~valid_patches(positions).unsqueeze(-1), 0.0)
     return Sample(kwargs={"pixel_values": pixels, "pixel_position_ids": positions, "return_dict": True})

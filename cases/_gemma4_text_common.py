@@ -30,7 +30,8 @@ _E2B_DIMS = dict(
     max_position_embeddings=131_072, rms_norm_eps=1e-6, sliding_window=512, final_logit_softcapping=30.0,
     use_double_wide_mlp=True, vocab_size_per_layer_input=262_144,
 )
-_PROFILE_DIMS = {"tiny": _TINY_DIMS, "e2b_dims": _E2B_DIMS}
+# static_runtime (TICO's e2b_static_runtime) keeps the e2b_dims widths.
+_PROFILE_DIMS = {"tiny": _TINY_DIMS, "e2b_dims": _E2B_DIMS, "static_runtime": _E2B_DIMS}
 
 
 def text_config(profile: str, layer_types: tuple[str, ...], *, k_eq_v: bool = False, num_kv_shared_layers: int = 0,

@@ -7,7 +7,7 @@ import dataclasses
 import importlib
 from typing import Mapping
 
-from harness import ProfileLimits
+from harness import Expected, ProfileLimits
 
 
 def limits_table(profile: str) -> dict[str, tuple[dict[str, dict[str, float]], str]]:
@@ -15,23 +15,35 @@ def limits_table(profile: str) -> dict[str, tuple[dict[str, dict[str, float]], s
 
 
 def with_profile_limits(cases: list, profile: str,
-                        unused_observers: Mapping[str, Mapping[str, str]] | None = None) -> list:
+                        unused_observers: Mapping[str, Mapping[str, str]] | None = None,
+                        expected_failures: Mapping[str, Mapping[str, Expected]] | None = None) -> list:
     """``cases`` with ``profile_limits[profile]`` set from the profile's table: the table's
     settings (check -> fields) replace those fields of each case's settings on that profile, the
     source is kept. ``unused_observers``
-    (case -> allowlist) replaces a case's allowlist on that profile."""
+    (case -> allowlist) replaces a case's allowlist on that profile; ``expected_failures`` (case ->
+    check -> Expected) replaces those checks' diagnosed failures on that profile, the case's others kept."""
     table = limits_table(profile)
     unused_observers = unused_observers or {}
+    expected_failures = expected_failures or {}
     names = {case.name for case in cases}
-    unknown = sorted(set(unused_observers) - names)
+    unknown = sorted((set(unused_observers) | set(expected_failures)) - names)
     if unknown:
-        raise ValueError(f"unused_observers for unknown case(s): {unknown}")
+        raise ValueError(f"unused_observers / expected_failures for unknown case(s): {unknown}")
     updated = []
     for case in cases:
+        own = profile in case.profiles and (case.name in unused_observers or case.name in expected_failures)
         if profile in case.profiles and case.name in table:
             settings, source = table[case.name]
-            limits = ProfileLimits(settings, source=source,
-                                   unused_observers=unused_observers.get(case.name))
-            case = dataclasses.replace(case, profile_limits={**case.profile_limits, profile: limits})
-        updated.append(case)
+        elif own:
+            # no measured limits yet, but the profile's own allowlist / diagnoses still apply
+            settings, source = {}, (f"no limits stated for profile {profile!r}: the case's settings for "
+                                    f"{case.profiles[0]!r} apply unchanged")
+        else:
+            updated.append(case)
+            continue
+        expected = ({**case.expected_failures, **expected_failures[case.name]}
+                    if case.name in expected_failures else None)
+        limits = ProfileLimits(settings, source=source, unused_observers=unused_observers.get(case.name),
+                               expected_failures=expected)
+        updated.append(dataclasses.replace(case, profile_limits={**case.profile_limits, profile: limits}))
     return updated

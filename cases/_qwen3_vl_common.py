@@ -8,6 +8,8 @@ import torch
 
 from harness import Sample
 
+from cases import _static_runtime as static
+
 QWEN3_VL_REQUIRES = ("transformers.models.qwen3_vl.modeling_qwen3_vl",)
 
 _TINY_VISION = dict(
@@ -38,8 +40,11 @@ _E2B_VISION = dict(
     num_position_embeddings=2304,
     deepstack_visual_indexes=[0],
 )
-_VISION_PROFILES = {"tiny": _TINY_VISION, "e2b_dims": _E2B_VISION}
-PROFILES = ("tiny", "e2b_dims")
+# static_runtime (TICO's qwen3_vl_4b_static_runtime) keeps the qwen3_vl_4b_dims widths; its shapes are the
+# deployment's (a 2048-token window, the fixed image grid STATIC_GRID).
+_VISION_PROFILES = {"tiny": _TINY_VISION, "e2b_dims": _E2B_VISION, static.PROFILE: _E2B_VISION}
+PROFILES = ("tiny", "e2b_dims", static.PROFILE)
+STATIC_GRID = static.QWEN3_VL["grid_thw"]
 
 
 def vision_config(profile: str):
@@ -93,7 +98,7 @@ def text_config(profile: str, max_seq: int = 32):
             num_key_value_heads=2, head_dim=32, max_position_embeddings=max_seq,
             rope_scaling={"rope_type": "default", "mrope_section": [1, 1, 2]},
         )
-    elif profile == "e2b_dims":
+    elif profile in ("e2b_dims", static.PROFILE):
         cfg = Qwen3VLTextConfig(
             vocab_size=151_936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=1, num_attention_heads=32,
             num_key_value_heads=8, head_dim=128, hidden_act="silu", max_position_embeddings=max_seq, rms_norm_eps=1e-6,

@@ -267,6 +267,10 @@ NIGHTLY = "tiny_nightly"
 def _derived(base: str, name: str, algorithm: AlgorithmCapability, nightly: bool = False, **changes):
     """A Llama case's module, inputs, export and diagnoses, with an algorithm before wrapq."""
     case = _BASE[base]
+    # the tiny profile only: the base's nightly static_runtime profile (TICO's deployment shapes) is the
+    # wrapper's, not a claim about the algorithm
+    changes.setdefault("profiles", ("tiny",))
+    changes.setdefault("profile_limits", {p: v for p, v in case.profile_limits.items() if p in changes["profiles"]})
     if nightly:
         build = changes.pop("build", case.build)
         changes.update(build=lambda profile: build("tiny"), profiles=(NIGHTLY,), golden_profiles=(NIGHTLY,))

@@ -43,11 +43,24 @@ from cases._gemma4_common import (
     GEMMA4_REQUIRES,
     grid_positions,
     padded_positions,
+    static_positions,
     valid_patches,
     vision_config,
     vision_model_sample,
 )
 from cases._gemma4_text_common import text_config as shared_text_config
+from cases import _static_runtime as static
+
+# static_runtime (TICO's e2b_static_runtime): every vision case takes the deployment's padded input --
+# a 36 x 66 patch grid in 2520 patch slots (static_positions), padding zeroed, one calibration sample --
+# so its "default" sample is padded too and also serves where the tiny profile has a separate "padded" one.
+STATIC = static.PROFILE
+
+
+def _static_hidden(width: int) -> torch.Tensor:
+    """TICO's static-runtime hidden states: normals with the padding slots zeroed."""
+    positions = static_positions()
+    return torch.randn(1, positions.shape[1], width).masked_fill(~valid_patches(positions).unsqueeze(-1), 0.0)
 
 def encoder_sample(hidden: torch.Tensor, positions: torch.Tensor) -> Sample:
     keep = positions[..., 0] >= 0
@@ -71,6 +84,11 @@ def build_vision_encoder(profile: str, *, calibrate_with_padding: bool = False) 
 
     cfg = vision_config(profile)
     module = Gemma4VisionEncoder(cfg)
+    if profile == STATIC:
+        full = encoder_sample(_static_hidden(cfg.hidden_size), static_positions())
+        inputs = CaseInputs(calibration=(encoder_sample(_static_hidden(cfg.hidden_size), static_positions()),),
+                            evaluation={"default": full, "padded": full})
+        return Built(module=module, inputs=inputs, facts={"rotary_probes": {"default": full}})
     seq, hidden = 8, cfg.hidden_size
     tico_positions = grid_positions(seq, width=4)  # a 4x2 grid: non-square
     drawn = [encoder_sample(torch.randn(1, seq, hidden), tico_positions) for _ in range(8)]
@@ -190,8 +208,9 @@ VISION_ENCODER = Case(
         unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module(
             "decode", pixel_position_ids=sample.kwargs["pixel_position_ids"]
         ),
-        # One patch more than the baked 8-patch profile.
-        contradicting_args=lambda sample, built: (torch.cat([sample.kwargs["inputs_embeds"]] * 2, dim=1)[:, :9],),
+        # One patch more than the baked profile (8 patches on tiny).
+        contradicting_args=lambda sample, built: (
+            torch.cat([sample.kwargs["inputs_embeds"]] * 2, dim=1)[:, : sample.kwargs["inputs_embeds"].shape[1] + 1],),
     ),
     rotary=RotaryCapability(tables=_ENCODER_SITE.rotary),
     mask=MaskCapability(probes=_ENCODER_SITE.masks),
@@ -233,6 +252,10 @@ def _build_vision_layer_part(profile: str, pick) -> Built:
 
     cfg = vision_config(profile)
     encoder = Gemma4VisionEncoder(cfg)
+    if profile == STATIC:
+        full = _layer_sample(encoder, _static_hidden(cfg.hidden_size), static_positions())
+        calibration = (_layer_sample(encoder, _static_hidden(cfg.hidden_size), static_positions()),)
+        return Built(pick(encoder), CaseInputs(calibration=calibration, evaluation={"default": full, "padded": full}))
     seq, hidden = 8, cfg.hidden_size
     positions = grid_positions(seq, width=4)
     calibration = tuple(_layer_sample(encoder, torch.randn(1, seq, hidden), positions) for _ in range(3))
@@ -307,6 +330,12 @@ def build_patch_embedder(profile: str) -> Built:
 
     cfg = patch_embedder_config(profile)
     module = Gemma4VisionPatchEmbedder(cfg)
+    if profile == STATIC:  # pixels in [0, 1), padding slots zero and flagged, as TICO's static smoke
+        positions = static_positions()
+        padding = ~valid_patches(positions)
+        sample = lambda: Sample(args=(vision_model_sample(cfg, positions, unit_range=True).kwargs["pixel_values"],  # noqa: E731
+                                      positions, padding))
+        return Built(module, CaseInputs(calibration=(sample(),), evaluation={"default": sample()}))
     patches, patch_dim = 16, 3 * cfg.patch_size**2
     positions = grid_positions(patches, width=8)
     no_padding = torch.zeros(1, patches, dtype=torch.bool)
@@ -320,6 +349,12 @@ def build_pooler(profile: str) -> Built:
 
     cfg = vision_config(profile)
     module = Gemma4VisionPooler(cfg)
+    if profile == STATIC:  # 2520 patch slots pooled 3x3 into max_soft_tokens output slots
+        positions = static_positions()
+        sample = lambda: Sample(kwargs={"hidden_states": _static_hidden(cfg.hidden_size),  # noqa: E731
+                                        "pixel_position_ids": positions, "padding_positions": ~valid_patches(positions),
+                                        "output_length": static.GEMMA4["max_soft_tokens"]})
+        return Built(module, CaseInputs(calibration=(sample(),), evaluation={"default": sample()}))
     seq = 16
     positions = grid_positions(seq, width=8)  # pooled 2x2 -> a 4x1 output grid
     no_padding = torch.zeros(1, seq, dtype=torch.bool)
@@ -380,6 +415,11 @@ def build_vision_model(profile: str) -> Built:
 
     cfg = vision_config(profile)
     module = Gemma4VisionModel(cfg)
+    if profile == STATIC:
+        full = vision_model_sample(cfg, static_positions(), unit_range=True)
+        inputs = CaseInputs(calibration=(vision_model_sample(cfg, static_positions(), unit_range=True),),
+                            evaluation={"default": full, "padded": full})
+        return Built(module, inputs, facts={"rotary_probes": {"default": full}})
     seq = 36
     grid = grid_positions(seq, width=6)
     calibration = tuple(vision_model_sample(cfg, grid) for _ in range(3))
@@ -426,8 +466,9 @@ VISION_MODEL = Case(
         unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module(
             "decode", pixel_position_ids=sample.kwargs["pixel_position_ids"]
         ),
-        # 9 patch slots more than the baked 36-slot profile.
-        contradicting_args=lambda sample, built: (torch.cat([sample.kwargs["pixel_values"]] * 2, dim=1)[:, :45],),
+        # 9 patch slots more than the baked profile (36 slots on tiny).
+        contradicting_args=lambda sample, built: (
+            torch.cat([sample.kwargs["pixel_values"]] * 2, dim=1)[:, : sample.kwargs["pixel_values"].shape[1] + 9],),
     ),
     rotary=RotaryCapability(tables=_VISION_MODEL_SITE.rotary),
     mask=MaskCapability(probes=_VISION_MODEL_SITE.masks),
@@ -447,8 +488,9 @@ def build_text_mlp(profile: str) -> Built:
 
     cfg = text_config(profile)
     module = Gemma4TextMLP(cfg, layer_idx=0)
-    sample = lambda: Sample(args=(torch.randn(1, 8, cfg.hidden_size),))  # noqa: E731
-    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(3)), evaluation={"default": sample()}))
+    seq, count = (static.GEMMA4["max_seq"], 1) if profile == STATIC else (8, 3)
+    sample = lambda: Sample(args=(torch.randn(1, seq, cfg.hidden_size),))  # noqa: E731
+    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(count)), evaluation={"default": sample()}))
 
 
 TEXT_PARTS = [
@@ -478,9 +520,19 @@ CASES = with_expected(CASES, {
 
 
 # The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
-CASES = with_profile_limits(CASES, "e2b_dims", unused_observers={
-    "gemma4_vision_model": {"obs_minus_bias": (
-        "QuantGemma4VisionModel applies obs_minus_bias only when config.standardize "
-        "(gemma4/quant_vision_model.py:187-196); the E2B vision config, like TICO's e2b_dims smoke, does not "
-        "standardize, so at this width it is never fed")},
-})
+_NO_STANDARDIZE = {"gemma4_vision_model": {"obs_minus_bias": (
+    "QuantGemma4VisionModel applies obs_minus_bias only when config.standardize "
+    "(gemma4/quant_vision_model.py:187-196); the E2B vision config, like TICO's e2b_dims and e2b_static_runtime "
+    "smoke, does not standardize, so at this width it is never fed")}}
+CASES = with_profile_limits(CASES, "e2b_dims", unused_observers=_NO_STANDARDIZE)
+# The static_runtime profile's limits (cases/_limits_static_runtime.py); E2B widths, so the same allowlist.
+CASES = with_profile_limits(CASES, "static_runtime", unused_observers=_NO_STANDARDIZE)
+
+
+# The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
+for _name in ("gemma4_vision_encoder", "gemma4_vision_attention", "gemma4_vision_encoder_layer",
+              "gemma4_vision_patch_embedder", "gemma4_vision_model"):
+    static.declare(_name, vision_patch_seq_len=static.GEMMA4_NUM_PATCHES)
+static.declare("gemma4_vision_pooler", vision_patch_seq_len=static.GEMMA4_NUM_PATCHES,
+               vision_pool_output_length=static.GEMMA4["max_soft_tokens"])
+static.declare("gemma4_text_mlp", prefill_seq_len=static.GEMMA4["max_seq"])

@@ -32,6 +32,7 @@ from harness import unwrap
 
 from cases._gemma4_text_common import additive_mask, allowed_pairs, attention_unused, sin_in_convention
 from cases._profile_limits import with_profile_limits
+from cases import _static_runtime as static
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 from cases._gemma4_common import (
     E2B_PROFILES,
@@ -60,8 +61,13 @@ def build_multimodal_embedder(profile: str) -> Built:
 
     vision, text = vision_config(profile), text_config(profile)
     module = Gemma4MultimodalEmbedder(vision, text)
-    sample = lambda: Sample(args=(torch.randn(1, SEQ, vision.hidden_size),))  # noqa: E731
-    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(3)), evaluation={"default": sample()}))
+    # static_runtime: the deployment's valid soft tokens (TICO's e2b_static_runtime), one calibration sample
+    seq, count = (static.GEMMA4["num_visual_tokens"], 1) if profile == static.PROFILE else (SEQ, 3)
+    sample = lambda: Sample(args=(torch.randn(1, seq, vision.hidden_size),))  # noqa: E731
+    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(count)), evaluation={"default": sample()}))
+
+
+static.declare("gemma4_multimodal_embedder", visual_token_seq_len=static.GEMMA4["num_visual_tokens"])
 
 
 MULTIMODAL_EMBEDDER = Case(
@@ -458,3 +464,5 @@ CASES = with_expected(CASES, {
 
 # The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
 CASES = with_profile_limits(CASES, "e2b_dims")
+# The static_runtime profile's limits (cases/_limits_static_runtime.py).
+CASES = with_profile_limits(CASES, "static_runtime")

@@ -41,9 +41,18 @@ from cases._gemma4_text_common import (
     text_config,
 )
 from cases._gemma4_common import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
+from cases import _static_runtime as static
 
 SEQ = 8  # prefill length and decode cache capacity in TICO's smoke cases
 SMOKE_SLIDING_WINDOW = 4  # TICO narrows the window so an 8-token sequence crosses it
+# static_runtime (TICO's e2b_static_runtime): a 2048-token prefill / decode cache, the config's own
+# 512-token sliding window (TICO narrows it only off that profile), one calibration sample.
+STATIC = static.PROFILE
+PROFILES = ("tiny", "e2b_dims", STATIC)
+
+
+def _seq(profile: str) -> int:
+    return static.GEMMA4["max_seq"] if profile == STATIC else SEQ
 PADDED_KEYS = 2  # left padding used by the mask probes
 
 
@@ -53,25 +62,25 @@ def _attend(module, hidden, positions, mask, **kwargs):
         return module(hidden, hf_rope(module.config, module.layer_type, positions), mask, **kwargs)
 
 
-def _producer_kv(cfg, layer_type: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """K/V a KV-sharing consumer receives: what the producing layer 0 computes over SEQ tokens
+def _producer_kv(cfg, layer_type: str, seq: int = SEQ) -> tuple[torch.Tensor, torch.Tensor]:
+    """K/V a KV-sharing consumer receives: what the producing layer 0 computes over ``seq`` tokens
     (it stores them in ``shared_kv_states``)."""
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
 
     producer = Gemma4TextAttention(cfg, layer_idx=0).eval()
     states: dict = {}
-    mask = additive_mask(allowed_pairs(SEQ, window=producer.sliding_window))
-    _attend(producer, torch.randn(1, SEQ, cfg.hidden_size), torch.arange(SEQ)[None], mask, shared_kv_states=states)
+    mask = additive_mask(allowed_pairs(seq, window=producer.sliding_window))
+    _attend(producer, torch.randn(1, seq, cfg.hidden_size), torch.arange(seq)[None], mask, shared_kv_states=states)
     key, value = states[layer_type]
     return key.detach().clone(), value.detach().clone()
 
 
-def _own_past_kv(module) -> tuple[torch.Tensor, torch.Tensor]:
-    """The layer's own cache after SEQ-1 earlier tokens (positions 0..SEQ-2)."""
+def _own_past_kv(module, seq: int = SEQ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer's own cache after seq-1 earlier tokens (positions 0..seq-2)."""
     from transformers.cache_utils import DynamicCache
 
     cache = DynamicCache()
-    past = SEQ - 1
+    past = seq - 1
     mask = additive_mask(allowed_pairs(past, window=module.sliding_window))
     _attend(module, torch.randn(1, past, module.config.hidden_size), torch.arange(past)[None], mask,
             shared_kv_states={}, past_key_values=cache)
@@ -79,38 +88,39 @@ def _own_past_kv(module) -> tuple[torch.Tensor, torch.Tensor]:
     return layer.keys.detach().clone(), layer.values.detach().clone()
 
 
-def _sample(module, mode: str, shared_kv) -> Sample:
-    """One call in the wrapper's convention: prefill over SEQ tokens, or one decode token at
-    position SEQ-1 over a (SEQ-1)-token past; causal / sliding-window additive mask."""
+def _sample(module, mode: str, shared_kv, seq: int = SEQ) -> Sample:
+    """One call in the wrapper's convention: prefill over ``seq`` tokens, or one decode token at
+    position seq-1 over a (seq-1)-token past; causal / sliding-window additive mask."""
     cfg = module.config
-    q_len = SEQ if mode == "prefill" else 1
-    positions = torch.arange(SEQ - q_len, SEQ)[None]
+    q_len = seq if mode == "prefill" else 1
+    positions = torch.arange(seq - q_len, seq)[None]
     cos, sin = hf_rope(cfg, module.layer_type, positions)
     kwargs = {
         "hidden_states": torch.randn(1, q_len, cfg.hidden_size),
         "position_embeddings": (cos, flip_sin_half(sin)),
-        "attention_mask": additive_mask(allowed_pairs(q_len, SEQ, window=module.sliding_window)),
+        "attention_mask": additive_mask(allowed_pairs(q_len, seq, window=module.sliding_window)),
     }
     if module.is_kv_shared_layer:
         kwargs["shared_key_value"] = shared_kv
     elif mode == "decode":
-        kwargs["past_key_value"] = _own_past_kv(module)
+        kwargs["past_key_value"] = _own_past_kv(module, seq)
     return Sample(kwargs=kwargs)
 
 
 def build_attention(profile: str, *, mode: str, layer_types: tuple[str, ...], layer_idx: int,
                     k_eq_v: bool = False, shared_layers: int = 0) -> Built:
     """Gemma4TextAttention for one layer of a short topology, with 3 calibration samples and
-    one evaluation sample (TICO's counts)."""
+    one evaluation sample (TICO's counts; one calibration sample at static_runtime)."""
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
 
+    seq = _seq(profile)
     cfg = text_config(profile, layer_types, k_eq_v=k_eq_v, num_kv_shared_layers=shared_layers,
-                      sliding_window=SMOKE_SLIDING_WINDOW)
+                      sliding_window=None if profile == STATIC else SMOKE_SLIDING_WINDOW)
     module = Gemma4TextAttention(cfg, layer_idx=layer_idx).eval()
-    shared_kv = _producer_kv(cfg, module.layer_type) if module.is_kv_shared_layer else None
-    calibration = tuple(_sample(module, mode, shared_kv) for _ in range(3))
-    evaluation = {"default": _sample(module, mode, shared_kv)}
-    facts = {"q_len": SEQ if mode == "prefill" else 1, "k_len": SEQ, "window": module.sliding_window}
+    shared_kv = _producer_kv(cfg, module.layer_type, seq) if module.is_kv_shared_layer else None
+    calibration = tuple(_sample(module, mode, shared_kv, seq) for _ in range(1 if profile == STATIC else 3))
+    evaluation = {"default": _sample(module, mode, shared_kv, seq)}
+    facts = {"q_len": seq if mode == "prefill" else 1, "k_len": seq, "window": module.sliding_window}
     return Built(module, CaseInputs(calibration=calibration, evaluation=evaluation), facts=facts)
 
 
@@ -204,7 +214,7 @@ def _fill_lost_in_quant(reason: str, probes=_PROBES) -> Expected:
 _COMMON = dict(
     family="gemma4",
     seed=123,
-    profiles=("tiny", "e2b_dims"),
+    profiles=PROFILES,
     requires=GEMMA4_REQUIRES,
     min_versions=GEMMA4_MIN_VERSIONS,
     expected_wrapper="QuantGemma4TextAttention",
@@ -220,7 +230,11 @@ _SLIDING_THEN_FULL = ("sliding_attention", "full_attention")
 
 
 def _case(name: str, mode: str, *, layer_types, layer_idx, settings: dict, k_eq_v=False,
-          shared_layers=0, expected_failures=None) -> Case:
+          shared_layers=0, expected_failures=None, profiles=None) -> Case:
+    common = dict(_COMMON, profiles=profiles or PROFILES)
+    if STATIC in common["profiles"]:
+        static.declare(name, **({"prefill_seq_len": _seq(STATIC)} if mode == "prefill" else
+                                {"decode_max_seq": _seq(STATIC)}))
     return Case(
         name=name,
         build=functools.partial(build_attention, mode=mode, layer_types=layer_types, layer_idx=layer_idx,
@@ -229,7 +243,7 @@ def _case(name: str, mode: str, *, layer_types, layer_idx, settings: dict, k_eq_
         export=_export(mode),
         expected_failures={"export_contract": _NO_CALIB_GUARD, **(expected_failures or {})},
         unused_observers=attention_unused(shared_kv=bool(shared_layers)),
-        **_COMMON,
+        **common,
     )
 
 
@@ -277,7 +291,7 @@ CASES = [
           expected_failures=_SLIDING),
     # mean 0.0290, max 0.113, PEIR 0.041, SQNR 23.1 dB; Circle max 0 / mean 0 steps.
     _case("gemma4_text_attention_k_eq_v_prefill", "prefill", layer_types=("full_attention",), layer_idx=0,
-          k_eq_v=True,
+          k_eq_v=True, profiles=("tiny", "e2b_dims"),  # not static_runtime: see the leave_out below
           settings={
               "quant_accuracy": {"max_mean_abs_diff": 0.04, "max_abs_diff": 0.16, "max_peir": 0.06, "min_sqnr_db": 18.5},
               "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -300,6 +314,11 @@ CASES = [
 ]
 
 
+# Not at static_runtime: gemma4_text_attention_k_eq_v_prefill. TICO's e2b_static_runtime set excludes it (the
+# profile follows the real E2B execution contract, and E2B uses attention_k_eq_v=False: wrapper_smoke/cases/gemma4.py,
+# _GEMMA4_E2B_STATIC_RUNTIME_SUPPORTED_CASES); it keeps tiny and e2b_dims.
+
+
 # One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
 CASES = with_expected(CASES, {
     "gemma4_text_attention_prefill": {"qparam_consistency": replaced_qparams()},
@@ -314,3 +333,5 @@ CASES = with_expected(CASES, {
 
 # The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
 CASES = with_profile_limits(CASES, "e2b_dims")
+# The static_runtime profile's limits (cases/_limits_static_runtime.py).
+CASES = with_profile_limits(CASES, "static_runtime")

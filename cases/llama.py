@@ -31,25 +31,43 @@ from harness import (
 from harness import first_call_kwarg
 from harness import unwrap
 
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
+from cases._profile_limits import with_profile_limits
+from cases._shared_diagnoses import (MASK_TEMPLATE_PER_LAYER, PRESENT_V_PER_HEAD_PATTERN, PRESENT_V_PER_HEAD_REASON,
+                                     replaced_qparams, with_expected)
+from cases import _static_runtime as static
 
 LLAMA_REQUIRES = ("transformers.models.llama.modeling_llama",)
 FILL = -120.0  # tico's default attention_mask_fill_value
-MAX_SEQ = 16
+MAX_SEQ = 16  # the tiny static window
+
+# static_runtime: TICO's llama3_2_3b_static_runtime (Llama 3.2-3B widths, one layer, a 2048-token
+# window, batch one, one calibration sample where a sample is a full window).
+STATIC = static.PROFILE
+PROFILES = ("tiny", STATIC)
+_LLAMA3_2_3B = dict(
+    vocab_size=128_256, hidden_size=3_072, intermediate_size=8_192, num_hidden_layers=1, num_attention_heads=24,
+    num_key_value_heads=8, head_dim=128, hidden_act="silu", rms_norm_eps=1e-5, rope_theta=500_000.0, mlp_bias=False,
+)
+
+
+def window(profile: str) -> int:
+    """The static window (max_position_embeddings): prefill length and decode cache capacity."""
+    return static.llama_max_seq(profile, MAX_SEQ)
 
 
 def llama_config(profile: str, heads: int = 2, kv_heads: int = 1, head_dim: int = 8):
     from transformers.models.llama.configuration_llama import LlamaConfig
 
-    if profile != "tiny":
+    if profile == STATIC:
+        dims = dict(_LLAMA3_2_3B)
+    elif profile == "tiny":
+        dims = dict(hidden_size=16, intermediate_size=32, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                    head_dim=head_dim)
+    else:
         raise ValueError(f"unknown Llama profile {profile!r}")
     return LlamaConfig(
-        hidden_size=16,
-        intermediate_size=32,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        max_position_embeddings=MAX_SEQ,
+        **dims,
+        max_position_embeddings=window(profile),
         attention_bias=False,
         attention_dropout=0.0,
         attn_implementation="eager",
@@ -88,8 +106,9 @@ def build_mlp(profile: str) -> Built:
 
     config = llama_config(profile)
     module = LlamaMLP(config)
-    sample = lambda: Sample(args=(torch.randn(2, 5, config.hidden_size),))  # noqa: E731
-    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(4)), evaluation={"default": sample()}))
+    batch, seq, count = (1, window(profile), 1) if profile == STATIC else (2, 5, 4)
+    sample = lambda: Sample(args=(torch.randn(batch, seq, config.hidden_size),))  # noqa: E731
+    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(count)), evaluation={"default": sample()}))
 
 
 def _int16_config(profile: str):
@@ -143,6 +162,10 @@ def build_attention(profile: str, heads: int = 2, kv_heads: int = 1, head_dim: i
 
     config = llama_config(profile, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     module = LlamaAttention(config, layer_idx=0)
+    if profile == STATIC:  # one full window, batch one, as TICO's static-runtime smoke
+        calibration = (_attention_sample(config, 1, window(profile), mask),)
+        full = _attention_sample(config, 1, window(profile), mask)
+        return Built(module, CaseInputs(calibration=calibration, evaluation={"default": full, "export": full}))
     calibration = tuple(_attention_sample(config, 2, 6, mask) for _ in range(3))
     # The export profile is the full static window (max_position_embeddings), batch 1.
     evaluation = {"default": _attention_sample(config, 2, 6, mask), "export": _attention_sample(config, 1, MAX_SEQ)}
@@ -160,6 +183,10 @@ def build_decoder_layer(profile: str) -> Built:
 
     config = llama_config(profile)
     module = LlamaDecoderLayer(config, layer_idx=0)
+    if profile == STATIC:  # one full window, batch one, as TICO's static-runtime smoke
+        full = _layer_sample(config, 1, window(profile))
+        return Built(module, CaseInputs(calibration=(_layer_sample(config, 1, window(profile)),),
+                                        evaluation={"default": full, "export": full}), facts={"config": config})
     calibration = tuple(_layer_sample(config, 2, MAX_SEQ) for _ in range(3))
     evaluation = {"default": _layer_sample(config, 2, MAX_SEQ), "export": _layer_sample(config, 1, MAX_SEQ)}
     return Built(module, CaseInputs(calibration=calibration, evaluation=evaluation), facts={"config": config})
@@ -208,15 +235,16 @@ _NO_CALIB_GUARD = calib_mode_adapter(
 )
 
 def _decode_sample(config) -> Sample:
-    """One new token at position MAX_SEQ-1 over a (MAX_SEQ-1)-token past, in the wrapper's
-    static-cache layout: past K/V tuples, a (1, 1, MAX_SEQ) additive mask of zeros."""
-    kv = lambda: torch.randn(1, config.num_key_value_heads, MAX_SEQ - 1, config.head_dim)  # noqa: E731
+    """One new token at position W-1 over a (W-1)-token past (W the static window), in the wrapper's
+    static-cache layout: past K/V tuples, a (1, 1, W) additive mask of zeros."""
+    slots = config.max_position_embeddings
+    kv = lambda: torch.randn(1, config.num_key_value_heads, slots - 1, config.head_dim)  # noqa: E731
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    rope = LlamaRotaryEmbedding(config)(torch.zeros(1), torch.tensor([[MAX_SEQ - 1]]))
+    rope = LlamaRotaryEmbedding(config)(torch.zeros(1), torch.tensor([[slots - 1]]))
     return Sample(
         args=(torch.randn(1, 1, config.hidden_size), rope),
-        kwargs={"attention_mask": torch.zeros(1, 1, MAX_SEQ), "past_key_value": (kv(), kv()), "use_cache": True},
+        kwargs={"attention_mask": torch.zeros(1, 1, slots), "past_key_value": (kv(), kv()), "use_cache": True},
     )
 
 
@@ -351,6 +379,7 @@ CASES = [
     Case(
         name="llama_mlp",
         family="llama",
+        profiles=PROFILES,
         build=build_mlp,
         seed=123,
         requires=LLAMA_REQUIRES,
@@ -365,6 +394,7 @@ CASES = [
     Case(
         name="llama_attention_prefill",
         family="llama",
+        profiles=PROFILES,
         build=build_attention,
         seed=0,
         requires=LLAMA_REQUIRES,
@@ -397,6 +427,7 @@ CASES = [
     Case(
         name="llama_attention_decode",
         family="llama",
+        profiles=PROFILES,
         build=build_attention_decode,
         seed=123,
         requires=LLAMA_REQUIRES,
@@ -424,6 +455,7 @@ CASES = [
     Case(
         name="llama_decoder_layer_prefill",
         family="llama",
+        profiles=PROFILES,
         build=build_decoder_layer,
         seed=0,
         requires=LLAMA_REQUIRES,
@@ -482,13 +514,14 @@ def key_fold(config) -> float:
 
 def _layer_decode_sample(config, filled: int) -> Sample:
     """One new token at position ``filled`` in the wrapper's static decode layout: a
-    (MAX_SEQ-1)-slot past whose first ``filled`` slots hold real keys/values (the rest are
-    unwritten junk), the new token's K/V appended last, and a (1, 1, MAX_SEQ) additive mask
+    (W-1)-slot past (W the static window) whose first ``filled`` slots hold real keys/values (the
+    rest are unwritten junk), the new token's K/V appended last, and a (1, 1, W) additive mask
     that is FILL on the unwritten slots. RoPE in the wrapper's pre-negated-sin convention,
     cached keys in its scale-folded domain."""
-    kv = lambda: torch.randn(1, config.num_key_value_heads, MAX_SEQ - 1, config.head_dim)  # noqa: E731
-    mask = torch.zeros(1, 1, MAX_SEQ)
-    mask[..., filled : MAX_SEQ - 1] = FILL
+    slots = config.max_position_embeddings
+    kv = lambda: torch.randn(1, config.num_key_value_heads, slots - 1, config.head_dim)  # noqa: E731
+    mask = torch.zeros(1, 1, slots)
+    mask[..., filled : slots - 1] = FILL
     return Sample(
         args=(torch.randn(1, 1, config.hidden_size),),
         kwargs={
@@ -505,8 +538,11 @@ def build_decoder_layer_decode(profile: str) -> Built:
 
     config = llama_config(profile)
     module = LlamaDecoderLayer(config, layer_idx=0)
-    calibration = tuple(_layer_decode_sample(config, filled) for filled in (15, 11, 6, 2))
-    evaluation = {"default": _layer_decode_sample(config, 9), "full_cache": _layer_decode_sample(config, MAX_SEQ - 1)}
+    slots = window(profile)
+    # filled slots at the tiny window's fractions (15, 11, 6, 2 of 16; the default sample 9 of 16)
+    at = lambda tiny_filled: max(2, round(tiny_filled * slots / MAX_SEQ)) if tiny_filled < MAX_SEQ - 1 else slots - 1  # noqa: E731
+    calibration = tuple(_layer_decode_sample(config, at(filled)) for filled in (15, 11, 6, 2))
+    evaluation = {"default": _layer_decode_sample(config, at(9)), "full_cache": _layer_decode_sample(config, slots - 1)}
     return Built(module, CaseInputs(calibration=calibration, evaluation=evaluation), facts={"config": config})
 
 
@@ -595,6 +631,7 @@ CASES.append(
     Case(
         name="llama_decoder_layer_decode",
         family="llama",
+        profiles=PROFILES,
         build=build_decoder_layer_decode,
         seed=123,
         requires=LLAMA_REQUIRES,
@@ -639,3 +676,39 @@ CASES = with_expected(CASES, {
     "llama_decoder_layer_prefill": {"qparam_consistency": replaced_qparams(llama_residual=True)},
     "llama_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True, llama_residual=True)},
 })
+
+
+# The static_runtime profile's limits (cases/_limits_static_runtime.py). At Llama 3.2-3B widths the decode layer
+# has 8 KV heads, so its unrolled attention shows the per-head present-V finding (cases/_shared_diagnoses.py) the
+# 1-KV-head tiny config cannot (measured at static_runtime: 8 concatenations cat_2 .. cat_44, one per head).
+_DECODE_QPARAMS = next(c for c in CASES if c.name == "llama_decoder_layer_decode").expected_failures["qparam_consistency"]
+# The INT16 MLP at 3B widths (8192-wide down_proj): Circle FAKE_QUANTIZE vs torch QUANT as exported max 2 / mean 0.203
+# output steps (native and ATEN_CPU_CAPABILITY=default alike; output step 1.73e-5). tico replaces no qparam here, so
+# circle_replay gates torch as exported, not the aligned copy that models the Circle runtime's arithmetic. Measured
+# 2026-12-02 with harness.qparam_consistency.aligned_to_circle's switches: with both Circle rounding (quantize_array's
+# round-half-away-from-zero of value / scale, circle/runtime/quantization.py, where torch's fake-quant takes
+# nearbyint(x * (1 / scale))) and Circle's FULLY_CONNECTED (np.matmul in float32, circle/runtime/kernels/nn.py:428-429)
+# modelled, torch is within max 1 / mean 0.0002 steps of Circle; with neither it equals torch as exported; each alone
+# leaves mean 0.18 / 0.09. At int16 steps these last-bit differences move intermediate levels (sigmoid: 1890 of
+# 16.8M elements one step apart) and reach the output in 20% of its elements; at tiny widths they stay inside the
+# one-flip floor. Not a wrapper defect: the check's as-exported baseline does not model the runtime's arithmetic.
+_INT16_ARITHMETIC = Expected(
+    "Circle's runtime arithmetic, not a qparam mismatch: its rounding (round half away from zero of value / scale, "
+    "circle/runtime/quantization.py quantize_array) and FULLY_CONNECTED in numpy float32 (circle/runtime/kernels/"
+    "nn.py:428-429) differ from torch's fake-quant (nearbyint(x * (1 / scale))) and GEMM in the last bits; at INT16 "
+    "steps over an 8192-wide down_proj that moves 20% of the output one or two levels (torch aligned to both: max 1 / "
+    "mean 0.0002 steps); circle_replay gates torch as exported because tico replaced no qparam",
+    problems=(r"^Circle FAKE_QUANTIZE max \|diff\| in steps 2(\.\d+)? exceeds threshold 1\.0001$",
+              r"^Circle FAKE_QUANTIZE mean \|diff\| in steps 0\.[12]\d* exceeds threshold 0\.1001$"))
+CASES = with_profile_limits(CASES, STATIC, expected_failures={
+    "llama_decoder_layer_decode": {"qparam_consistency": Expected(
+        _DECODE_QPARAMS.reason + "; " + PRESENT_V_PER_HEAD_REASON,
+        problems=tuple(_DECODE_QPARAMS.problems) + (PRESENT_V_PER_HEAD_PATTERN,))},
+    "llama_mlp": {"circle_replay": _INT16_ARITHMETIC},
+})
+
+# The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
+for _name, _shape in (("llama_mlp", "prefill_seq_len"), ("llama_attention_prefill", "prefill_seq_len"),
+                      ("llama_attention_decode", "decode_max_seq"), ("llama_decoder_layer_prefill", "prefill_seq_len"),
+                      ("llama_decoder_layer_decode", "decode_max_seq")):
+    static.declare(_name, **{_shape: window(STATIC)})

@@ -28,9 +28,11 @@ from harness import first_call_kwarg
 from harness import unwrap
 
 from cases._profile_limits import with_profile_limits
+from cases import _static_runtime as static
 from cases._qwen3_vl_common import (
     FOLDED_SCALE,
     PROFILES,
+    STATIC_GRID,
     QWEN3_VL_REQUIRES,
     hf_vision_rope,
     text_config,
@@ -39,6 +41,7 @@ from cases._qwen3_vl_common import (
 )
 from cases._shared_diagnoses import QWEN3_VL_PATCH_EMBED_COPY, QWEN3_VL_PATCH_EMBED_REASON, replaced_qparams, with_expected
 
+STATIC = static.PROFILE
 # Fixed deployment grid for export and accuracy: temporal > 1 and height != width.
 EXPORT_GRID = (2, 4, 6)
 # Extra grids for rotary parity only (non-square both ways, temporal 1..3).
@@ -58,6 +61,11 @@ def build_vision_model(profile: str) -> Built:
 
     cfg = vision_config(profile)
     module = Qwen3VLVisionModel(cfg)
+    if profile == STATIC:  # TICO's fixed deployment grid, one calibration sample; no extra rotary grids
+        calibration = (vision_sample(cfg, STATIC_GRID),)
+        return Built(module=module, inputs=CaseInputs(calibration=calibration,
+                                                      evaluation={"default": vision_sample(cfg, STATIC_GRID)}),
+                     facts={"rotary_probes": {}})
     # Calibration uses the deployment grid (the option the seed PR's reviewers chose).
     calibration = tuple(vision_sample(cfg, EXPORT_GRID) for _ in range(2))
     default = vision_sample(cfg, EXPORT_GRID)
@@ -116,8 +124,9 @@ VISION_MODEL = Case(
     export=ExportCapability(
         adapter=_vision_adapter,
         args=lambda sample: (sample.args[0],),
-        unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("decode", grid_thw=EXPORT_GRID),
-        # Patches for a (1, 2, 2) grid fed to the adapter baked for EXPORT_GRID.
+        unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module(
+            "decode", grid_thw=tuple(int(v) for v in sample.args[1][0])),
+        # Patches for a (1, 2, 2) grid fed to the adapter baked for the sample's grid.
         contradicting_args=lambda sample, built: (sample.args[0][:, :4],),
     ),
     rotary=RotaryCapability(tables=_vision_rotary),
@@ -136,28 +145,36 @@ VISION_MODEL = Case(
 _PART_GRID = (1, 4, 8)
 
 
+def _patch_tokens(grid: tuple[int, int, int]) -> int:
+    t, h, w = grid
+    return t * h * w
+
+
 def _cu_seqlens(grid: tuple[int, int, int]) -> torch.Tensor:
     t, h, w = grid
     return torch.tensor([i * h * w for i in range(t + 1)], dtype=torch.int32)
 
 
 def _vision_part(profile: str, pick, make_sample, calibration: int = 3) -> Built:
-    """One part of a tiny vision model, with samples made from that model's own config."""
+    """One part of a tiny vision model, with samples made from that model's own config:
+    ``make_sample(model, grid)``, ``grid`` the profile's image grid (_PART_GRID, or TICO's fixed
+    deployment grid with one calibration sample at static_runtime)."""
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
     model = Qwen3VLVisionModel(vision_config(profile))
     module = pick(model)
-    samples = [make_sample(model) for _ in range(calibration + 1)]
+    grid, calibration = (STATIC_GRID, 1) if profile == STATIC else (_PART_GRID, calibration)
+    samples = [make_sample(model, grid) for _ in range(calibration + 1)]
     return Built(module, CaseInputs(calibration=tuple(samples[:-1]), evaluation={"default": samples[-1]}))
 
 
-def _packed_sample(model) -> Sample:
-    """Packed patches of one _PART_GRID item; keywords, since tico's attention and block
+def _packed_sample(model, grid: tuple[int, int, int] = _PART_GRID) -> Sample:
+    """Packed patches of one ``grid`` item; keywords, since tico's attention and block
     wrappers take ``rotary_pos_emb`` third where HF takes ``position_embeddings``."""
-    t, h, w = _PART_GRID
+    t, h, w = grid
     hidden = torch.randn(t * h * w, model.config.hidden_size)
-    rope = hf_vision_rope(model, torch.tensor([list(_PART_GRID)]))
-    return Sample(args=(hidden, _cu_seqlens(_PART_GRID)), kwargs={"position_embeddings": rope})
+    rope = hf_vision_rope(model, torch.tensor([list(grid)]))
+    return Sample(args=(hidden, _cu_seqlens(grid)), kwargs={"position_embeddings": rope})
 
 
 class _FixedGridPart(torch.nn.Module):
@@ -188,7 +205,9 @@ def _fixed_grid_export() -> ExportCapability:
 
 
 def build_vision_mlp(profile: str) -> Built:
-    return _vision_part(profile, lambda m: m.blocks[0].mlp, lambda m: Sample(args=(torch.randn(16, m.config.hidden_size),)))
+    # 16 patch rows on tiny (TICO's count), the grid's patch tokens at static_runtime
+    return _vision_part(profile, lambda m: m.blocks[0].mlp, lambda m, grid: Sample(
+        args=(torch.randn(_patch_tokens(grid) if profile == STATIC else 16, m.config.hidden_size),)))
 
 
 def build_vision_attention(profile: str) -> Built:
@@ -200,12 +219,14 @@ def build_vision_block(profile: str) -> Built:
 
 
 def build_patch_embed(profile: str) -> Built:
-    return _vision_part(profile, lambda m: m.patch_embed, lambda m: Sample(args=(vision_sample(m.config, (1, 2, 4)).args[0],)))
+    return _vision_part(profile, lambda m: m.patch_embed, lambda m, grid: Sample(
+        args=(vision_sample(m.config, grid if profile == STATIC else (1, 2, 4)).args[0],)))
 
 
 def build_patch_merger(profile: str) -> Built:
-    return _vision_part(profile, lambda m: m.merger,
-                        lambda m: Sample(args=(torch.randn(2 * m.config.spatial_merge_size**2, m.config.hidden_size),)))
+    # two merged tokens on tiny, the grid's patch tokens at static_runtime
+    return _vision_part(profile, lambda m: m.merger, lambda m, grid: Sample(args=(torch.randn(
+        _patch_tokens(grid) if profile == STATIC else 2 * m.config.spatial_merge_size**2, m.config.hidden_size),)))
 
 
 _PART = dict(family="qwen3_vl", seed=123, requires=QWEN3_VL_REQUIRES, profiles=PROFILES)
@@ -253,8 +274,10 @@ def build_text_mlp(profile: str) -> Built:
 
     cfg = text_config(profile)
     module = Qwen3VLTextMLP(cfg)
-    sample = lambda: Sample(args=(torch.randn(2, 8, cfg.hidden_size),))  # noqa: E731
-    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(3)), evaluation={"default": sample()}))
+    # static_runtime: one 2048-token window, batch one, one calibration sample (TICO's static smoke)
+    shape, count = ((1, static.QWEN3_VL["max_seq"]), 1) if profile == STATIC else ((2, 8), 3)
+    sample = lambda: Sample(args=(torch.randn(*shape, cfg.hidden_size),))  # noqa: E731
+    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(count)), evaluation={"default": sample()}))
 
 
 TEXT_PARTS = [
@@ -278,3 +301,14 @@ CASES = with_expected(CASES, {
 
 # The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
 CASES = with_profile_limits(CASES, "e2b_dims")
+# The static_runtime profile's limits (cases/_limits_static_runtime.py).
+CASES = with_profile_limits(CASES, "static_runtime")
+
+
+# The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
+for _name in ("qwen3_vl_vision_model", "qwen3_vl_vision_attention", "qwen3_vl_vision_block",
+              "qwen3_vl_vision_patch_embed"):
+    static.declare(_name, vision_grid=STATIC_GRID)
+for _name in ("qwen3_vl_vision_mlp", "qwen3_vl_vision_patch_merger"):
+    static.declare(_name, vision_patch_seq_len=static.QWEN3_VL_PATCH_TOKENS)
+static.declare("qwen3_vl_text_mlp", prefill_seq_len=static.QWEN3_VL["max_seq"])

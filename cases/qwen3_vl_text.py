@@ -36,6 +36,7 @@ from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import MASK_ADD_GAIN, MASK_TEMPLATE_PER_LAYER, vision_and_mask_copies, replaced_qparams, with_expected
 
 from cases._qwen3_vl_common import FOLDED_SCALE, QWEN3_VL_REQUIRES, hf_vision_rope, text_config, vision_sample
+from cases import _static_runtime as static
 
 FILL = -120.0  # tico's default attention_mask_fill_value
 SEQ = 8  # TICO's text prefill length / decode capacity
@@ -45,6 +46,24 @@ TEXT_MAX_SEQ = 128  # TICO's max_position_embeddings for the text smoke configs
 TEXT_GRID = (1, 4, 4)
 TEXT_TOKEN_TYPES = (0, 0, 1, 1, 1, 1, 0, 0)
 MERGE = 2
+
+# static_runtime (TICO's qwen3_vl_4b_static_runtime): a 2048-token window (max_position_embeddings, the
+# prefill length and the decode cache capacity) holding TICO's deployment prompt -- visual_start_idx text
+# tokens, then the merged tokens of the fixed image grid, then text to the end of the window -- and one
+# calibration sample per full window.
+STATIC = static.PROFILE
+STATIC_SEQ = static.QWEN3_VL["max_seq"]
+_STATIC_LAYOUT = (
+    (0,) * static.QWEN3_VL["visual_start_idx"] + (1,) * static.QWEN3_VL_VISUAL_TOKENS
+    + (0,) * (STATIC_SEQ - static.QWEN3_VL["visual_start_idx"] - static.QWEN3_VL_VISUAL_TOKENS))
+
+
+def _layout(cfg) -> tuple[int, tuple[int, ...], tuple[int, int, int]]:
+    """(sequence length, token types, image grid) of the prompt for a text config: the tiny
+    8-token layout, or the static_runtime window (recognised by its max_position_embeddings)."""
+    if cfg.max_position_embeddings == STATIC_SEQ:
+        return STATIC_SEQ, _STATIC_LAYOUT, static.QWEN3_VL["grid_thw"]
+    return SEQ, TEXT_TOKEN_TYPES, TEXT_GRID
 
 # -- HF multimodal positions and RoPE ----------------------------------------------------------
 
@@ -72,7 +91,7 @@ def hf_text_rope(cfg, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 def _text_cfg(profile: str):
-    return text_config(profile, max_seq=TEXT_MAX_SEQ)
+    return text_config(profile, max_seq=STATIC_SEQ if profile == STATIC else TEXT_MAX_SEQ)
 
 
 def causal_mask(seq: int) -> torch.Tensor:
@@ -81,17 +100,19 @@ def causal_mask(seq: int) -> torch.Tensor:
 
 
 def _prompt_rope(cfg) -> tuple[torch.Tensor, torch.Tensor]:
-    return hf_text_rope(cfg, hf_mrope_position_ids(TEXT_TOKEN_TYPES, [TEXT_GRID]))
+    _, types, grid = _layout(cfg)
+    return hf_text_rope(cfg, hf_mrope_position_ids(types, [grid]))
 
 
 def _decode_rope(cfg) -> tuple[torch.Tensor, torch.Tensor]:
     """RoPE of the last prompt token (position SEQ-1 of the multimodal layout)."""
-    positions = hf_mrope_position_ids(TEXT_TOKEN_TYPES, [TEXT_GRID])[..., -1:]
+    _, types, grid = _layout(cfg)
+    positions = hf_mrope_position_ids(types, [grid])[..., -1:]
     return hf_text_rope(cfg, positions)
 
 
 def _past(cfg) -> tuple[torch.Tensor, torch.Tensor]:
-    shape = (1, cfg.num_key_value_heads, SEQ - 1, cfg.head_dim)
+    shape = (1, cfg.num_key_value_heads, _layout(cfg)[0] - 1, cfg.head_dim)
     return torch.randn(shape), torch.randn(shape)
 
 
@@ -110,15 +131,16 @@ def _dynamic_cache(past: tuple[torch.Tensor, torch.Tensor], attention: torch.nn.
 
 
 def _attention_prefill_sample(cfg) -> Sample:
-    hidden = torch.randn(1, SEQ, cfg.hidden_size)
-    return Sample(args=(hidden, _prompt_rope(cfg)), kwargs={"attention_mask": causal_mask(SEQ)})
+    seq = _layout(cfg)[0]
+    hidden = torch.randn(1, seq, cfg.hidden_size)
+    return Sample(args=(hidden, _prompt_rope(cfg)), kwargs={"attention_mask": causal_mask(seq)})
 
 
 def _attention_decode_sample(cfg) -> Sample:
     """One new token over a (SEQ-1)-token past in the wrapper's static-cache layout."""
     return Sample(
         args=(torch.randn(1, 1, cfg.hidden_size), _decode_rope(cfg)),
-        kwargs={"attention_mask": torch.zeros(1, 1, SEQ), "past_key_values": _past(cfg), "use_cache": True},
+        kwargs={"attention_mask": torch.zeros(1, 1, _layout(cfg)[0]), "past_key_values": _past(cfg), "use_cache": True},
     )
 
 
@@ -127,7 +149,7 @@ def _build_attention(make_sample, profile: str) -> Built:
 
     cfg = _text_cfg(profile)
     module = Qwen3VLTextAttention(cfg, layer_idx=0).eval()
-    calibration = tuple(make_sample(cfg) for _ in range(3))
+    calibration = tuple(make_sample(cfg) for _ in range(1 if profile == STATIC else 3))
     return Built(module, CaseInputs(calibration=calibration, evaluation={"default": make_sample(cfg)}),
                  facts={"config": cfg})
 
@@ -168,20 +190,22 @@ def _own_causal_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
 
 
 def _layer_prefill_sample(cfg) -> Sample:
+    seq = _layout(cfg)[0]
     return Sample(kwargs={
-        "hidden_states": torch.randn(1, SEQ, cfg.hidden_size),
+        "hidden_states": torch.randn(1, seq, cfg.hidden_size),
         "position_embeddings": _prompt_rope(cfg),
-        "attention_mask": causal_mask(SEQ),
-        "position_ids": torch.arange(SEQ).unsqueeze(0),
+        "attention_mask": causal_mask(seq),
+        "position_ids": torch.arange(seq).unsqueeze(0),
     })
 
 
 def _layer_decode_sample(cfg) -> Sample:
+    seq = _layout(cfg)[0]
     return Sample(kwargs={
         "hidden_states": torch.randn(1, 1, cfg.hidden_size),
         "position_embeddings": _decode_rope(cfg),
-        "attention_mask": torch.zeros(1, 1, 1, SEQ),
-        "position_ids": torch.full((1, 1), SEQ - 1, dtype=torch.long),
+        "attention_mask": torch.zeros(1, 1, 1, seq),
+        "position_ids": torch.full((1, 1), seq - 1, dtype=torch.long),
         "past_key_values": _past(cfg),
         "use_cache": True,
     })
@@ -192,7 +216,7 @@ def _build_layer(make_sample, profile: str, calibration: int) -> Built:
 
     cfg = _text_cfg(profile)
     module = Qwen3VLTextDecoderLayer(cfg, layer_idx=0).eval()
-    samples = tuple(make_sample(cfg) for _ in range(calibration))
+    samples = tuple(make_sample(cfg) for _ in range(1 if profile == STATIC else calibration))
     return Built(module, CaseInputs(calibration=samples, evaluation={"default": make_sample(cfg)}),
                  facts={"config": cfg})
 
@@ -409,7 +433,7 @@ def _mm_output(output) -> torch.Tensor:
 # -- cases ----------------------------------------------------------------------------------------
 
 _COMMON = dict(family="qwen3_vl", seed=123, requires=QWEN3_VL_REQUIRES)
-_TEXT_PROFILES = ("tiny", "e2b_dims")
+_TEXT_PROFILES = ("tiny", "e2b_dims", STATIC)
 _PREFILL_CACHE = "prefill feeds no past key/value: the cache observers are used by the decode path only"
 _FUSED_SCALE = (
     "the default (npu_export) attention profile fuses 1/sqrt(head_dim) into the k_norm weight, so the "
@@ -651,3 +675,12 @@ CASES = with_expected(CASES, {
 
 # The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
 CASES = with_profile_limits(CASES, "e2b_dims")
+# The static_runtime profile's limits (cases/_limits_static_runtime.py).
+CASES = with_profile_limits(CASES, "static_runtime")
+
+
+# The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
+for _name in ("qwen3_vl_text_attention_prefill", "qwen3_vl_text_decoder_layer_prefill"):
+    static.declare(_name, prefill_seq_len=STATIC_SEQ)
+for _name in ("qwen3_vl_text_attention_decode", "qwen3_vl_text_decoder_layer_decode"):
+    static.declare(_name, decode_max_seq=STATIC_SEQ)

@@ -208,11 +208,14 @@ class ProfileLimits:
     name -> fields) replaces those fields of the case's ``settings`` on that profile; a profile
     without an entry is gated by the case's settings (stated for its first profile), and its
     results say so. ``unused_observers``, when given, replaces the case's allowlist on that
-    profile (an observer can be fed at one width and not at another)."""
+    profile (an observer can be fed at one width and not at another). ``expected_failures``, when given,
+    replaces the case's diagnosed failures on that profile (a finding can need a shape the other profiles
+    lack, e.g. more than one KV head)."""
 
     settings: Mapping[str, Mapping[str, Any]]
     source: str
     unused_observers: Mapping[str, str] | None = None
+    expected_failures: Mapping[str, Expected] | None = None
 
 
 @dataclass(frozen=True)
@@ -345,6 +348,10 @@ class Case:
                     isinstance(k, str) and isinstance(v, Mapping) for k, v in limits.settings.items()):
                 raise CaseDefinitionError(name, f"profile_limits[{profile!r}].settings", "must map check names to "
                                           "{field: value} mappings")
+            if limits.expected_failures is not None and not all(
+                    isinstance(k, str) and isinstance(v, Expected) for k, v in limits.expected_failures.items()):
+                raise CaseDefinitionError(name, f"profile_limits[{profile!r}].expected_failures", "must map check "
+                                          "names to Expected(reason, problems=(regex, ...))")
             if not isinstance(limits.source, str) or not limits.source.strip():
                 raise CaseDefinitionError(name, f"profile_limits[{profile!r}].source", "must say where the limits "
                                           "come from")
@@ -360,6 +367,12 @@ class Case:
             return "the case's settings (measured on this profile; see the case file)"
         return (f"no limits stated for profile {profile!r}: the case's settings for {self.profiles[0]!r} apply "
                 f"unchanged")
+
+    def expected_failures_for(self, profile: str) -> Mapping[str, Expected]:
+        limits = self.profile_limits.get(profile)
+        if limits is not None and limits.expected_failures is not None:
+            return limits.expected_failures
+        return self.expected_failures
 
     def unused_observers_for(self, profile: str) -> Mapping[str, str]:
         limits = self.profile_limits.get(profile)

@@ -226,7 +226,7 @@ class CheckItem(pytest.Item):
             pipeline.guard_end()
             self._record(stage_error={"stage": err.stage, "type": err.error_type, "message": err.error_text},
                          stage_timings=dict(pipeline.timings), check_seconds=time.perf_counter() - start)
-            expectation = self.case.expected_failures.get(self.check.name)
+            expectation = self.case.expected_failures_for(self.profile).get(self.check.name)
             # A stage that fails exactly as diagnosed (e.g. torch.export refusing a data-dependent
             # op) is an expected failure too; any other stage failure stays a failure.
             judgement = judge(expectation, [stage_problem(err)]) if expectation else None
@@ -236,7 +236,7 @@ class CheckItem(pytest.Item):
         mutated = pipeline.guard_end()
         if mutated:
             result.fail(f"check mutated shared pipeline artifacts: {', '.join(mutated[:5])}")
-        expectation = self.case.expected_failures.get(self.check.name)
+        expectation = self.case.expected_failures_for(self.profile).get(self.check.name)
         judgement = judge(expectation, result.problems) if expectation else None
         if judgement and not judgement.expected:
             result.problems.insert(0, judgement.message)

@@ -111,3 +111,34 @@ def test_a_flip_count_read_through_float_error_is_proposed_as_the_count():
     assert _limit(steps, [2.0, 1.99998]) == (2.0, 2.0)
     assert _limit(steps, [0.0]) == (1.0, 0.0)  # the floor
     assert _limit(steps, [2.6])[0] == 3.3  # not a count: 1.25x, rounded up
+
+
+def test_a_profile_gets_its_own_diagnosed_failures():
+    """A finding that needs the profile's shapes (e.g. more than one KV head) is expected there only."""
+    from harness import Expected
+
+    only_wide = Expected("needs the wide shapes", problems=(r"^wide-only problem$",))
+    case = dataclasses.replace(LINEAR, profiles=("tiny", "wide"), profile_limits={
+        "wide": ProfileLimits({}, source="x", expected_failures={**LINEAR.expected_failures,
+                                                                "qparam_consistency": only_wide})})
+    assert case.expected_failures_for("wide")["qparam_consistency"] is only_wide
+    assert case.expected_failures_for("tiny") == LINEAR.expected_failures
+    with pytest.raises(CaseDefinitionError, match=r"profile_limits\['wide'\]\.expected_failures"):
+        dataclasses.replace(case, profile_limits={"wide": ProfileLimits({}, source="x",
+                                                                        expected_failures={"x": "not an Expected"})})
+
+
+def test_static_runtime_limits_name_only_its_cases_and_say_where_they_come_from():
+    from harness.catalog import load_cases
+
+    from cases._profile_limits import limits_table
+
+    static_cases = {case.name: case for _, case in load_cases() if "static_runtime" in case.profiles}
+    assert static_cases, "no case runs the static_runtime profile"
+    assert sorted(set(limits_table("static_runtime")) - set(static_cases)) == []  # stale entries
+    for name, case in static_cases.items():
+        source = case.limits_source("static_runtime")
+        if name in limits_table("static_runtime"):
+            assert source.startswith("measured on clean tico, static_runtime"), (name, source)
+        else:  # not measured yet: the results say the first profile's settings apply
+            assert source.startswith("no limits stated for profile 'static_runtime'"), (name, source)
