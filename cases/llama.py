@@ -682,29 +682,17 @@ CASES = with_expected(CASES, {
 # has 8 KV heads, so its unrolled attention shows the per-head present-V finding (cases/_shared_diagnoses.py) the
 # 1-KV-head tiny config cannot (measured at static_runtime: 8 concatenations cat_2 .. cat_44, one per head).
 _DECODE_QPARAMS = next(c for c in CASES if c.name == "llama_decoder_layer_decode").expected_failures["qparam_consistency"]
-# The INT16 MLP at 3B widths (8192-wide down_proj): Circle FAKE_QUANTIZE vs torch QUANT as exported max 2 / mean 0.203
-# output steps (native and ATEN_CPU_CAPABILITY=default alike; output step 1.73e-5). tico replaces no qparam here, so
-# circle_replay gates torch as exported, not the aligned copy that models the Circle runtime's arithmetic. Measured
-# 2026-12-02 with harness.qparam_consistency.aligned_to_circle's switches: with both Circle rounding (quantize_array's
-# round-half-away-from-zero of value / scale, circle/runtime/quantization.py, where torch's fake-quant takes
-# nearbyint(x * (1 / scale))) and Circle's FULLY_CONNECTED (np.matmul in float32, circle/runtime/kernels/nn.py:428-429)
-# modelled, torch is within max 1 / mean 0.0002 steps of Circle; with neither it equals torch as exported; each alone
-# leaves mean 0.18 / 0.09. At int16 steps these last-bit differences move intermediate levels (sigmoid: 1890 of
-# 16.8M elements one step apart) and reach the output in 20% of its elements; at tiny widths they stay inside the
-# one-flip floor. Not a wrapper defect: the check's as-exported baseline does not model the runtime's arithmetic.
-_INT16_ARITHMETIC = Expected(
-    "Circle's runtime arithmetic, not a qparam mismatch: its rounding (round half away from zero of value / scale, "
-    "circle/runtime/quantization.py quantize_array) and FULLY_CONNECTED in numpy float32 (circle/runtime/kernels/"
-    "nn.py:428-429) differ from torch's fake-quant (nearbyint(x * (1 / scale))) and GEMM in the last bits; at INT16 "
-    "steps over an 8192-wide down_proj that moves 20% of the output one or two levels (torch aligned to both: max 1 / "
-    "mean 0.0002 steps); circle_replay gates torch as exported because tico replaced no qparam",
-    problems=(r"^Circle FAKE_QUANTIZE max \|diff\| in steps 2(\.\d+)? exceeds threshold 1\.0001$",
-              r"^Circle FAKE_QUANTIZE mean \|diff\| in steps 0\.[12]\d* exceeds threshold 0\.1001$"))
+# The INT16 MLP at 3B widths (8192-wide down_proj): Circle vs torch as exported max 2 / mean 0.203 output steps
+# (native and scalar alike), which circle_replay once gated because tico replaces no qparam here. Cause: the Circle
+# runtime's arithmetic, its rounding (round half away from zero of value / scale, circle/runtime/quantization.py
+# quantize_array; torch: nearbyint(x * (1 / scale))) and FULLY_CONNECTED in numpy float32 (circle/runtime/kernels/
+# nn.py:428-429): with both modelled torch is within max 1 / mean 0.0002 steps of Circle, with neither it equals torch
+# as exported. circle_replay now gates every case against that aligned copy, so the case keeps its one-flip limits
+# and needs no expectation here.
 CASES = with_profile_limits(CASES, STATIC, expected_failures={
     "llama_decoder_layer_decode": {"qparam_consistency": Expected(
         _DECODE_QPARAMS.reason + "; " + PRESENT_V_PER_HEAD_REASON,
         problems=tuple(_DECODE_QPARAMS.problems) + (PRESENT_V_PER_HEAD_PATTERN,))},
-    "llama_mlp": {"circle_replay": _INT16_ARITHMETIC},
 })
 
 # The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
