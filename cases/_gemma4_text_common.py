@@ -31,14 +31,17 @@ _E2B_DIMS = dict(
     use_double_wide_mlp=True, vocab_size_per_layer_input=262_144,
 )
 # static_runtime (TICO's e2b_static_runtime) keeps the e2b_dims widths.
+E2B_SLIDING_WINDOW = _E2B_DIMS["sliding_window"]
 _PROFILE_DIMS = {"tiny": _TINY_DIMS, "e2b_dims": _E2B_DIMS, "static_runtime": _E2B_DIMS}
 
 
 def text_config(profile: str, layer_types: tuple[str, ...], *, k_eq_v: bool = False, num_kv_shared_layers: int = 0,
-                sliding_window: int | None = None):
+                sliding_window: int | None = None, per_layer_input: int = 0):
     """A Gemma4 text config for ``profile`` with RoPE parameters keyed by exactly the layer
     types used (HF reads a partial nested mapping as one global RoPE config otherwise).
-    ``sliding_window`` overrides the profile's window (TICO's smoke narrows it to 4)."""
+    ``sliding_window`` overrides the profile's window (TICO's smoke narrows it to 4);
+    ``per_layer_input`` is the PLE width (``hidden_size_per_layer_input``; 0 = PLE off, as TICO's
+    tiny and e2b_dims smoke)."""
     from transformers.models.gemma4.configuration_gemma4 import Gemma4TextConfig
 
     if profile not in _PROFILE_DIMS:
@@ -48,7 +51,7 @@ def text_config(profile: str, layer_types: tuple[str, ...], *, k_eq_v: bool = Fa
         num_hidden_layers=len(layer_types), layer_types=list(layer_types),
         rope_parameters={t: dict(_ROPE[t]) for t in dict.fromkeys(layer_types)},
         attention_bias=False, attention_dropout=0.0, use_cache=False, enable_moe_block=False,
-        attention_k_eq_v=k_eq_v, num_kv_shared_layers=num_kv_shared_layers, hidden_size_per_layer_input=0,
+        attention_k_eq_v=k_eq_v, num_kv_shared_layers=num_kv_shared_layers, hidden_size_per_layer_input=per_layer_input,
         allow_global_per_layer_attribute_access=True,
     )
     if sliding_window is not None:

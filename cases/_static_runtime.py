@@ -38,6 +38,9 @@ GEMMA4 = {
     "patch_grid_width": 66,
     "pooling_kernel_size": 3,
 }
+# TICO's _GEMMA4_E2B_PLE_DIM: its static-runtime decoder layers run with Per-Layer Embeddings of this width
+# (hidden_size_per_layer_input), the E2B execution contract; every layer call takes a per_layer_input.
+GEMMA4_PLE_DIM = 256
 GEMMA4_NUM_PATCHES = GEMMA4["max_soft_tokens"] * GEMMA4["pooling_kernel_size"] ** 2  # padded patch slots
 GEMMA4_VALID_PATCHES = GEMMA4["patch_grid_height"] * GEMMA4["patch_grid_width"]
 

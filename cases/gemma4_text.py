@@ -34,16 +34,19 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    Sweep,
     whole_module_export,
 )
 from harness import first_call_kwarg
 from harness import unwrap
 
 from cases._profile_limits import with_profile_limits
+from cases import _gemma4_ple as ple
 from cases import _static_runtime as static
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 
 from cases._gemma4_text_common import (
+    E2B_SLIDING_WINDOW,
     FILL,
     SCALE_UNUSED,
     additive_mask,
@@ -58,7 +61,7 @@ from cases._gemma4_text_common import (
 from cases._gemma4_common import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
 
 SEQ = 8  # prefill length of TICO's decoder-layer and text-model smoke cases
-DECODE_MAX_SEQ = 8  # TICO's decode cache capacity: 7 past tokens + the new one
+# TICO's decode cache capacity is the same 8 (7 past tokens + the new one); 2048 for both at static_runtime.
 SLIDING_WINDOW = 4  # smaller than SEQ, so the window's left edge is masked too
 
 
@@ -72,9 +75,29 @@ def _reference_eval_config(profile: str):
 # -- decoder layers ----------------------------------------------------------------------------
 
 
-def _layer_sample(hidden, rope, mask, **extra) -> Sample:
-    """A decoder-layer call as the wrapper takes it: sine in tico's pre-negated convention."""
+STATIC = static.PROFILE
+
+
+def _seq(profile: str) -> int:
+    """Prefill length and decode cache capacity: TICO's 2048-token window at static_runtime."""
+    return static.GEMMA4["max_seq"] if profile == STATIC else SEQ
+
+
+def _ple(profile: str, ple: int) -> int:
+    """PLE width: TICO's E2B contract (256) at static_runtime, ``ple`` (a sweep axis, 0 = off) elsewhere."""
+    return static.GEMMA4_PLE_DIM if profile == STATIC else ple
+
+
+def _calibration_count(profile: str) -> int:
+    return 1 if profile == STATIC else 3  # TICO's counts
+
+
+def _layer_sample(hidden, rope, mask, ple: int = 0, **extra) -> Sample:
+    """A decoder-layer call as the wrapper takes it: sine in tico's pre-negated convention, and a
+    random ``per_layer_input`` (B, S, ple) where PLE is on (the packed PLE slice a model feeds)."""
     cos, sin = rope
+    if ple:
+        extra["per_layer_input"] = torch.randn(*hidden.shape[:2], ple)
     return Sample(kwargs={"hidden_states": hidden, "position_embeddings": (cos, flip_sin_half(sin)),
                           "attention_mask": mask, **extra})
 
@@ -103,53 +126,67 @@ def _hf_layer(reference: torch.nn.Module, sample: Sample):
                      shared_kv_states={} if shared is None else {layer_type: shared})
 
 
+def _hf_run(layer, hidden: torch.Tensor, rope, mask, ple: int, **kwargs) -> torch.Tensor:
+    """A HF layer's own forward (no grad), with a random per_layer_input where PLE is on: how the
+    past K/V (decode) and the shared K/V and input (shared-KV consumer) are produced."""
+    if ple:
+        kwargs["per_layer_input"] = torch.randn(*hidden.shape[:2], ple)
+    with torch.no_grad():
+        return layer(hidden, position_embeddings=rope, attention_mask=mask, **kwargs)
+
+
 def build_decoder_layer(profile: str, *, layer_types: tuple[str, ...], layer_idx: int,
-                        sliding_window: int | None = None) -> Built:
-    """One prefill decoder layer of a (sliding, full) config, causal or sliding-window mask."""
+                        sliding_window: int | None = None, ple: int = 0) -> Built:
+    """One prefill decoder layer of a (sliding, full) config, causal or sliding-window mask. At
+    static_runtime: 2048 tokens, the config's own 512-token window, PLE 256, one calibration sample."""
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextDecoderLayer
 
-    cfg = text_config(profile, layer_types, sliding_window=sliding_window)
+    seq, width = _seq(profile), _ple(profile, ple)
+    if profile == STATIC and sliding_window is not None:
+        sliding_window = E2B_SLIDING_WINDOW  # the config's own window: TICO narrows it only off this profile
+    cfg = text_config(profile, layer_types, sliding_window=sliding_window, per_layer_input=width)
     module = Gemma4TextDecoderLayer(cfg, layer_idx=layer_idx)
     layer_type = module.self_attn.layer_type
     window = module.self_attn.sliding_window
     if (window is not None) != (sliding_window is not None) or (window is not None and window != sliding_window):
         raise RuntimeError(f"built a {layer_type} layer with window {window}, wanted {sliding_window}")
-    rope = hf_rope(cfg, layer_type, torch.arange(SEQ)[None])
-    mask = additive_mask(allowed_pairs(SEQ, window=window))
-    sample = lambda: _layer_sample(torch.randn(1, SEQ, cfg.hidden_size), rope, mask)  # noqa: E731
-    calibration = tuple(sample() for _ in range(3))
+    rope = hf_rope(cfg, layer_type, torch.arange(seq)[None])
+    mask = additive_mask(allowed_pairs(seq, window=window))
+    sample = lambda: _layer_sample(torch.randn(1, seq, cfg.hidden_size), rope, mask, width)  # noqa: E731
+    calibration = tuple(sample() for _ in range(_calibration_count(profile)))
     return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample()}),
                  facts={"config": cfg, "window": window})
 
 
-def build_decoder_layer_decode(profile: str) -> Built:
+def build_decoder_layer_decode(profile: str, ple: int = 0) -> Built:
     """One new token over a past that the HF layer itself wrote into a DynamicCache during a
     causal prefill (rotated keys, normalized values), in the wrapper's static-cache layout:
-    DECODE_MAX_SEQ - 1 past slots, the new token's K/V appended. ``default`` is TICO's full
-    cache (7 past tokens, new token at position 7, all-zero mask); ``partial_cache`` is a cache
-    with 5 filled slots and 2 empty (zero) ones that the mask blocks, new token at position 5."""
+    capacity - 1 past slots, the new token's K/V appended. ``default`` is TICO's full cache
+    (all past slots filled, all-zero mask); ``partial_cache`` leaves the last 2 past slots empty
+    (zero) and the mask blocks them. Capacity: TICO's 8 (2048 at static_runtime)."""
     from transformers.cache_utils import DynamicCache
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextDecoderLayer
 
-    cfg = text_config(profile, ("full_attention",))
+    capacity, width = _seq(profile), _ple(profile, ple)
+    cfg = text_config(profile, ("full_attention",), per_layer_input=width)
     module = Gemma4TextDecoderLayer(cfg, layer_idx=0).eval()
-    slots = DECODE_MAX_SEQ - 1
+    slots = capacity - 1
 
     def sample(filled: int = slots) -> Sample:
         cache = DynamicCache()
-        with torch.no_grad():
-            module(torch.randn(1, filled, cfg.hidden_size), position_embeddings=hf_rope(cfg, "full_attention",
-                   torch.arange(filled)[None]), attention_mask=additive_mask(allowed_pairs(filled)),
-                   shared_kv_states={}, past_key_values=cache)
+        _hf_run(module, torch.randn(1, filled, cfg.hidden_size), hf_rope(cfg, "full_attention",
+                torch.arange(filled)[None]), additive_mask(allowed_pairs(filled)), width,
+                shared_kv_states={}, past_key_values=cache)
         empty = slots - filled
         past = tuple(torch.nn.functional.pad(t, (0, 0, 0, empty)) for t in (cache.layers[0].keys, cache.layers[0].values))
-        mask = torch.zeros(1, 1, 1, DECODE_MAX_SEQ)
+        mask = torch.zeros(1, 1, 1, capacity)
         mask[..., filled:slots] = FILL
         step_rope = hf_rope(cfg, "full_attention", torch.tensor([[filled]]))
-        return _layer_sample(torch.randn(1, 1, cfg.hidden_size), step_rope, mask, past_key_value=past, use_cache=True)
+        return _layer_sample(torch.randn(1, 1, cfg.hidden_size), step_rope, mask, width, past_key_value=past,
+                             use_cache=True)
 
-    calibration = tuple(sample() for _ in range(3))
-    evaluation = {"default": sample(), "partial_cache": sample(filled=5)}
+    calibration = tuple(sample() for _ in range(_calibration_count(profile)))
+    evaluation = {"default": sample(), "partial_cache": sample(filled=slots - 2)}
     return Built(module, CaseInputs(calibration=calibration, evaluation=evaluation), facts={"config": cfg})
 
 
@@ -185,23 +222,22 @@ def build_decoder_layer_shared_kv(profile: str) -> Built:
     shared K/V, as inside a real model."""
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextDecoderLayer
 
-    cfg = text_config(profile, ("full_attention", "full_attention"), num_kv_shared_layers=1)
+    seq, width = _seq(profile), _ple(profile, 0)
+    cfg = text_config(profile, ("full_attention", "full_attention"), num_kv_shared_layers=1, per_layer_input=width)
     module = Gemma4TextDecoderLayer(cfg, layer_idx=1)
     producer = Gemma4TextDecoderLayer(cfg, layer_idx=0).eval()
     if not module.self_attn.is_kv_shared_layer or not producer.self_attn.store_full_length_kv:
         raise RuntimeError("config did not make layer 1 a shared-KV consumer of layer 0")
-    rope = hf_rope(cfg, "full_attention", torch.arange(SEQ)[None])
-    mask = additive_mask(allowed_pairs(SEQ))
+    rope = hf_rope(cfg, "full_attention", torch.arange(seq)[None])
+    mask = additive_mask(allowed_pairs(seq))
 
     def sample() -> Sample:
         shared: dict = {}
-        with torch.no_grad():
-            hidden = producer(torch.randn(1, SEQ, cfg.hidden_size), position_embeddings=rope, attention_mask=mask,
-                              shared_kv_states=shared)
+        hidden = _hf_run(producer, torch.randn(1, seq, cfg.hidden_size), rope, mask, width, shared_kv_states=shared)
         k, v = shared["full_attention"]
-        return _layer_sample(hidden.clone(), rope, mask, shared_key_value=(k.clone(), v.clone()))
+        return _layer_sample(hidden.clone(), rope, mask, width, shared_key_value=(k.clone(), v.clone()))
 
-    calibration = tuple(sample() for _ in range(3))
+    calibration = tuple(sample() for _ in range(_calibration_count(profile)))
     return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample()}), facts={"config": cfg})
 
 
@@ -232,14 +268,15 @@ def _layer_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
     fill = float(unwrap(unwrap(root).self_attn).qcfg.attention_mask_fill_value)
     sample = built.inputs.evaluation["default"]
     window = built.facts.get("window")
-    keep = torch.ones(1, SEQ, dtype=torch.bool)
+    seq = sample.kwargs["hidden_states"].shape[1]
+    keep = torch.ones(1, seq, dtype=torch.bool)
     keep[:, -3:] = False
-    valid = torch.ones(1, SEQ, dtype=torch.bool)
+    valid = torch.ones(1, seq, dtype=torch.bool)
     return [
         MaskProbe("no_mask", _attention_built_mask(root, sample, None), valid, fill,
-                  allowed=allowed_pairs(SEQ, window=window)),
+                  allowed=allowed_pairs(seq, window=window)),
         MaskProbe("bool_keep_padding", _attention_built_mask(root, sample, keep), valid, fill,
-                  allowed=allowed_pairs(SEQ, window=window, keep=keep)),
+                  allowed=allowed_pairs(seq, window=window, keep=keep)),
     ]
 
 
@@ -260,24 +297,34 @@ _SLIDING_FALLBACK_QUANT = Expected(_SLIDING_FALLBACK, problems=tuple(
         rf"^QUANT mask \[{probe}\]: a masked key keeps softmax weight \S+ \(limit 1e-06\): padding leaks")))
 
 
+def _ple_arg(sample: Sample) -> tuple:
+    """The adapter's trailing ``per_layer_input`` argument where PLE is on (nothing where it is off)."""
+    return (sample.kwargs["per_layer_input"],) if "per_layer_input" in sample.kwargs else ()
+
+
 def _prefill_export(*, with_shared_kv: bool = False) -> ExportCapability:
-    """tico's static prefill adapter (returns hidden plus new K/V, as TICO exports it)."""
+    """tico's static prefill adapter (returns hidden plus new K/V, as TICO exports it); with PLE on
+    it takes ``per_layer_input`` and the producer's observer (``cases/_gemma4_ple.py``)."""
     def args(s: Sample) -> tuple:
         kw = s.kwargs
         base = (kw["hidden_states"], kw["attention_mask"], kw["position_embeddings"])
-        return base + (None, kw["shared_key_value"]) if with_shared_kv else base
+        if with_shared_kv:
+            return base + (kw.get("per_layer_input"), kw["shared_key_value"])
+        return base + _ple_arg(s)
 
     return ExportCapability(
-        adapter=lambda root, sample, built: unwrap(root).as_export_module("prefill", return_kv=True),
+        adapter=lambda root, sample, built: unwrap(root).as_export_module(
+            "prefill", return_kv=True, per_layer_input_observer=ple.boundary_observer(root)),
         args=args,
         unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
     )
 
 
 _DECODE_EXPORT = ExportCapability(
-    adapter=lambda root, sample, built: unwrap(root).as_export_module("decode", return_kv=True),
+    adapter=lambda root, sample, built: unwrap(root).as_export_module(
+        "decode", return_kv=True, per_layer_input_observer=ple.boundary_observer(root)),
     args=lambda s: (s.kwargs["hidden_states"], s.kwargs["attention_mask"], s.kwargs["position_embeddings"],
-                    s.kwargs["past_key_value"]),
+                    s.kwargs["past_key_value"]) + _ple_arg(s),
     samples=("default", "partial_cache"),
     unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
 )
@@ -288,15 +335,39 @@ _SHARED_KV_UNUSED = attention_unused("self_attn.wrapped.", shared_kv=True)
 # Fields every Gemma4 text case here shares.
 _GEMMA4 = dict(family="gemma4", seed=123, requires=GEMMA4_REQUIRES, min_versions=GEMMA4_MIN_VERSIONS)
 _LAYER = dict(
-    profiles=("tiny", "e2b_dims"), ptq_config=npu_export_config, reference_call=_hf_layer,
-    expected_wrapper="QuantGemma4TextDecoderLayer", **_GEMMA4,
+    profiles=("tiny", "e2b_dims", STATIC), ptq_config=npu_export_config, reference_call=_hf_layer,
+    expected_wrapper="QuantGemma4TextDecoderLayer", prepare=ple.prepare_with_boundary,
+    convert=ple.convert_with_boundary, **_GEMMA4,
 )
+
+# Per-Layer Embeddings: TICO's tiny and e2b_dims smoke runs the layers with PLE off; E2B deploys them with it on.
+_PLE_AXIS = dict(
+    axes={"ple": (0, 16)},
+    why={"ple": "hidden_size_per_layer_input > 0 adds the per-layer gate, projection and norm with their observers "
+                "(gemma4/quant_text_decoder_layer.py:113-150, _apply_per_layer_input :182-218) and the export "
+                "adapters' per_layer_input boundary observer (gemma4/export_adapters.py:639, :699)"},
+    pr="each",
+    nightly="all",
+)
+_PLE_SWEEP = Sweep(**_PLE_AXIS)
+# The decode layer with PLE on loses more than without (tiny, 2026-12-03: SQNR 10.16 dB against 17.4), and
+# the cause is its calibration, not the wrapper. TICO's decode smoke calibrates on 3 single-token steps, so
+# the PLE product act(gate(h)) * per_layer_input gets its range from 48 values: obs_per_layer_mul and
+# per_layer_projection's input observer, which quantize that same tensor, hold -2.16..0.86. The evaluation
+# token reaches 2.56, so 1 of its 16 values is clipped, and post_per_layer_input_norm rescales what is left.
+# With those two fake-quants off the variant is at 21.3 dB (tests/test_sweep_findings.py reproduces this).
+# Switching off any one site alone recovers at most 0.28 dB, because the other observer still clips, so
+# explain's per-site gains stay small. The limits below are python -m harness limits over native and
+# ATEN_CPU_CAPABILITY=default runs of the variant (identical: SQNR 10.16, PEIR 0.200 on partial_cache).
+_PLE_DECODE_SWEEP = Sweep(**_PLE_AXIS, overrides={"ple=16": {"settings": {"quant_accuracy": {
+    "max_peir": 0.26, "max_mean_abs_diff": 0.59, "max_abs_diff": 2.0, "min_sqnr_db": 8.6}}}})
 
 DECODER_LAYERS = [
     Case(
         name="gemma4_text_decoder_layer_prefill",
         description="full-attention Gemma4TextDecoderLayer (layer 1 of sliding/full), causal prefill",
         build=functools.partial(build_decoder_layer, layer_types=("sliding_attention", "full_attention"), layer_idx=1),
+        sweep=_PLE_SWEEP,
         # Measured on tico 0.3.0: mean 0.0721, max 0.679, PEIR 0.0648, SQNR 24.2 dB; Circle replay exact.
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_abs_diff": 1.0, "max_peir": 0.09, "min_sqnr_db": 20.0},
@@ -329,6 +400,7 @@ DECODER_LAYERS = [
         name="gemma4_text_decoder_layer_decode",
         description="Gemma4TextDecoderLayer single-token decode over a 7-token past (HF: DynamicCache)",
         build=build_decoder_layer_decode,
+        sweep=_PLE_DECODE_SWEEP,
         # Measured on tico 0.3.0: mean 0.186, max 0.571, PEIR 0.0764, SQNR 17.4 dB (calibrated on
         # TICO's 3 single-token steps); Circle replay vs torch QUANT: max 3 / mean 0.98 output steps.
         # Aligned to Circle's qparams it stayed 3 steps: one element of the sin input is its calibrated
@@ -363,19 +435,15 @@ DECODER_LAYERS = [
     ),
 ]
 
-# Not at static_runtime, although TICO's e2b_static_runtime set has them: TICO builds its static-runtime
-# decoder layers with Per-Layer Embeddings on (hidden_size_per_layer_input=256, _GEMMA4_E2B_PLE_DIM: the E2B
-# execution contract), so every call takes an external per_layer_input, which TICO feeds through a
-# smoke-owned observer it freezes before convert (wrapper_smoke/cases/gemma4.py, Gemma4TextDecoderLayerBaseCase).
-# These builders run PLE off (text_config: hidden_size_per_layer_input=0) and have no per_layer_input sample,
-# HF call or export argument yet; running them at 2048 tokens without PLE would claim TICO's deployment shape
-# for a graph it does not deploy.
-_NO_PLE = ("TICO's e2b_static_runtime decoder layers run with Per-Layer Embeddings (hidden_size_per_layer_input=256, "
-           "an external per_layer_input); the harness's Gemma4 decoder-layer builders run PLE off and do not model "
-           "that input yet (cases/gemma4_text.py)")
-for _name in ("gemma4_text_decoder_layer_prefill", "gemma4_text_decoder_layer_sliding_prefill",
-              "gemma4_text_decoder_layer_decode", "gemma4_text_decoder_layer_shared_kv"):
-    static.leave_out(_name, _NO_PLE)
+# At static_runtime these run TICO's e2b_static_runtime decoder layers: 2048 tokens (prefill length and decode
+# cache capacity), the config's own 512-token window, one calibration sample, and Per-Layer Embeddings on
+# (hidden_size_per_layer_input 256, TICO's _GEMMA4_E2B_PLE_DIM) with the producer's observer the case owns
+# (cases/_gemma4_ple.py), as TICO's smoke does.
+for _case in DECODER_LAYERS:
+    if _case.name == "gemma4_text_decoder_layer_decode":
+        static.declare(_case.name, decode_max_seq=_seq(STATIC))
+    else:
+        static.declare(_case.name, prefill_seq_len=_seq(STATIC))
 
 # -- scaled word embedding ------------------------------------------------------------------------
 

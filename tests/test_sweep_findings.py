@@ -98,3 +98,48 @@ def test_quantize_bias_refuses_a_per_tensor_weight():
     # Per-channel weights (the default) with the same bias convert, and so does the per-tensor weight without one.
     assert run_check(expand(case, make_variant(case.sweep, {"bias": True})), "qparam_audit").passed
     assert run_check(_linear_variant("per_tensor_weight"), "qparam_audit").passed
+
+
+def test_ple_decode_loss_is_the_ple_product_clipped_by_single_token_calibration():
+    """gemma4_text_decoder_layer_decode[tiny,ple=16] loses ~7 dB more than with PLE off: its 3
+    single-token calibration steps give the PLE product (obs_per_layer_mul, and per_layer_projection's
+    input observer on the same tensor) a range the evaluation token exceeds; with those two fake-quants
+    off the loss is the PLE-off layer's again."""
+    from cases.gemma4_text import DECODER_LAYERS
+    from harness.pipeline import Pipeline
+
+    case = next(c for c in DECODER_LAYERS if c.name == "gemma4_text_decoder_layer_decode")
+    case = expand(case, make_variant(case.sweep, {"ple": 16}))
+    torch.manual_seed(case.seed)
+    pipeline = Pipeline(case, "tiny")
+    reference = pipeline.output("reference", "default")
+    quantized, sample = pipeline.quantized, pipeline.sample("default")
+
+    def sqnr(switched_off=()) -> float:
+        saved = [(m, m.fake_quant) for m in switched_off]
+        for m in switched_off:
+            m.fake_quant = lambda t: t
+        try:
+            with torch.no_grad():
+                out = case.output(sample.call(quantized))
+        finally:
+            for m, fake_quant in saved:
+                m.fake_quant = fake_quant
+        return float(10 * torch.log10(reference.pow(2).sum() / (out - reference).pow(2).sum()))
+
+    layer = quantized.wrapped
+    product_observers = (layer.obs_per_layer_mul, layer.per_layer_projection.wrapped.obs_act_in)
+    # the two observers hold one calibrated range (they quantize one tensor) ...
+    assert float(product_observers[0].max_val) == float(product_observers[1].max_val)
+    # ... which the evaluation token's product exceeds
+    seen: dict = {}
+    hook = pipeline.wrapped.wrapped.per_layer_projection.register_forward_hook(
+        lambda module, args, out: seen.update(product=args[0].detach()))
+    with torch.no_grad():
+        sample.call(pipeline.wrapped)
+    hook.remove()
+    assert float(seen["product"].max()) > float(product_observers[0].max_val)
+    as_is, without_clip = sqnr(), sqnr(product_observers)
+    assert without_clip - as_is > 6.0, (as_is, without_clip)
+    # either observer alone still clips the tensor: one off recovers little
+    assert sqnr(product_observers[:1]) - as_is < 1.0
