@@ -789,11 +789,30 @@ def _circle_addmm(bias: torch.Tensor, lhs: torch.Tensor, rhs: torch.Tensor, *, b
     return torch.from_numpy((product + bias.detach().numpy().reshape(1, -1)).astype(np.float32, copy=False))
 
 
+def _circle_softmax(value: torch.Tensor, dim: int, half_to_float: bool = False) -> torch.Tensor:
+    """SOFTMAX as tico's Circle runtime computes it (circle/runtime/kernels/reduction.py:149-159): numpy
+    float32 over the last axis, ``exp(x - max) / sum(exp(x - max))``. torch's softmax uses its own
+    vectorized exp and summation order; the results differ in the last bits, and over a long row
+    (gemma4_vision_encoder_layer at static_runtime: 2520 keys) a probability near a rounding boundary
+    of the softmax fake-quant lands on the adjacent level."""
+    import numpy as np
+
+    if half_to_float:
+        raise RuntimeError("aten._softmax with half_to_float is no SOFTMAX of a float32 graph")
+    # contiguous, as the runtime's input is: numpy's pairwise summation follows the memory layout
+    array = np.ascontiguousarray(np.moveaxis(value.detach().numpy(), dim, -1))
+    shifted = (array - np.max(array, axis=-1, keepdims=True)) * array.dtype.type(1.0)
+    exponent = np.exp(shifted)
+    out = (exponent / np.sum(exponent, axis=-1, keepdims=True)).astype(array.dtype)
+    return torch.from_numpy(np.ascontiguousarray(np.moveaxis(out, -1, dim)))
+
+
 # torch ops the aligned copy computes with the arithmetic of the Circle kernel they become, by
 # Circle operator.
 _CIRCLE_KERNELS = {
     "RMS_NORM": {"circle_custom.rms_norm.default": _circle_rms_norm},
     "FULLY_CONNECTED": {"aten.mm.default": _circle_mm, "aten.addmm.default": _circle_addmm},
+    "SOFTMAX": {"aten._softmax.default": _circle_softmax},
 }
 
 
