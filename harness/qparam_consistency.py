@@ -807,12 +807,45 @@ def _circle_softmax(value: torch.Tensor, dim: int, half_to_float: bool = False) 
     return torch.from_numpy(np.ascontiguousarray(np.moveaxis(out, -1, dim)))
 
 
+def _circle_bmm(lhs: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """BATCH_MATMUL as tico's Circle runtime computes it (circle/runtime/kernels/nn.py:442-468):
+    ``np.matmul(lhs, rhs)`` in float32. torch's bmm sums in another order (its own GEMM); over a long
+    contraction (Gemma4's 512-wide global heads at static_runtime) a logit near a rounding boundary of
+    ``obs_logits_raw`` lands on the adjacent level."""
+    import numpy as np
+
+    out = np.matmul(lhs.detach().numpy(), rhs.detach().numpy())
+    return torch.from_numpy(np.ascontiguousarray(out).astype(np.float32, copy=False))
+
+
+def _circle_gelu(value: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
+    """GELU as tico's Circle runtime computes it (circle/runtime/kernels/elementwise.py:160-174): in
+    float64, the tanh form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` or the exact one with
+    ``math.erf`` per element, cast back. torch computes GELU in float32 with its own vectorized tanh /
+    erf: the last bits differ, and a value near a rounding boundary of the following fake-quant lands
+    on the adjacent level."""
+    import math
+
+    import numpy as np
+
+    x = value.detach().numpy().astype(np.float64)
+    if approximate == "tanh":
+        result = 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * np.power(x, 3))))
+    elif approximate == "none":
+        result = 0.5 * x * (1.0 + np.vectorize(math.erf, otypes=[np.float64])(x / math.sqrt(2.0)))
+    else:
+        raise RuntimeError(f"aten.gelu with approximate={approximate!r} is no Circle GELU")
+    return torch.from_numpy(result.astype(value.detach().numpy().dtype))
+
+
 # torch ops the aligned copy computes with the arithmetic of the Circle kernel they become, by
 # Circle operator.
 _CIRCLE_KERNELS = {
     "RMS_NORM": {"circle_custom.rms_norm.default": _circle_rms_norm},
     "FULLY_CONNECTED": {"aten.mm.default": _circle_mm, "aten.addmm.default": _circle_addmm},
     "SOFTMAX": {"aten._softmax.default": _circle_softmax},
+    "GELU": {"aten.gelu.default": _circle_gelu},
+    "BATCH_MATMUL": {"aten.bmm.default": _circle_bmm},
 }
 
 

@@ -507,3 +507,66 @@ def test_softmax_is_computed_as_the_circle_runtime_kernel():
         pytest.skip("torch's softmax equals numpy's bit for bit on this CPU: the difference the kernel models "
                     "does not show here (the equality above was checked)")
     assert apart > 0
+
+
+class _GeluKernelCall(_OneInputKernelCall):
+    def __init__(self, value: np.ndarray, approximate: bool):
+        super().__init__(value)
+        self.approximate = approximate
+
+    def option(self, name: str, default=None):
+        return self.approximate if name == "approximate" else default
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+def test_gelu_is_computed_as_the_circle_runtime_kernel(approximate):
+    """GELU diagnosis (the Gemma4 decoder layer at static_runtime: gelu_pytorch_tanh over 2048 x 12288
+    elements). The copy's GELU is bit-identical to the runtime's float64 kernel, in both forms; torch's
+    float32 GELU differs from it in the last bits somewhere (how many elements depends on the CPU)."""
+    from tico.circle.runtime.kernels.elementwise import _gelu as runtime_gelu
+
+    from harness.qparam_consistency import _circle_gelu
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 4096) * 3
+    runtime = runtime_gelu(_GeluKernelCall(x.numpy(), approximate == "tanh"))[0]
+    assert np.array_equal(_circle_gelu(x, approximate=approximate).numpy(), runtime)
+    apart = int((torch.nn.functional.gelu(x, approximate=approximate).numpy() != runtime).sum())
+    if apart == 0:
+        pytest.skip("torch's GELU equals the runtime's float64 one bit for bit on this CPU")
+    assert apart > 0
+
+
+class _TwoInputKernelCall(_OneInputKernelCall):
+    def __init__(self, lhs: np.ndarray, rhs: np.ndarray):
+        super().__init__(lhs)
+        self.rhs = rhs
+
+    def require_inputs(self, count: int) -> None:
+        assert count == 2
+
+    def require_same_dtype(self, *indices):
+        return self.value.dtype
+
+    def input(self, index: int) -> np.ndarray:
+        return self.value if index == 0 else self.rhs
+
+
+def test_batch_matmul_is_computed_as_the_circle_runtime_kernel():
+    """BATCH_MATMUL diagnosis (gemma4_text_decoder_layer_prefill at static_runtime: the first tensors where
+    the runtime and the aligned copy parted were the 512-wide q.k logits, ~10-26 of 4194304 per head one
+    level off). The copy's bmm is the runtime's kernel bit for bit on the logits' layout (K transposed);
+    torch's bmm differs from it in the last bits somewhere (how many depends on the CPU's GEMM)."""
+    from tico.circle.runtime.kernels.nn import _batch_matmul as runtime_bmm
+
+    from harness.qparam_consistency import _circle_bmm
+
+    torch.manual_seed(0)
+    q, k = torch.randn(4, 256, 512), torch.randn(4, 256, 512)
+    k_t = k.transpose(1, 2)
+    runtime = runtime_bmm(_TwoInputKernelCall(q.numpy(), k_t.numpy()))[0]
+    assert np.array_equal(_circle_bmm(q, k_t).numpy(), runtime)
+    apart = int((torch.bmm(q, k_t).numpy() != runtime).sum())
+    if apart == 0:
+        pytest.skip("torch's bmm equals numpy's matmul bit for bit on this CPU")
+    assert apart > 0
