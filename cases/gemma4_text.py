@@ -636,5 +636,6 @@ CASES = with_expected(CASES, {
 })
 
 
-# The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
+# The nightly profiles' own limits, with their sources (cases/_limits_e2b_dims.py, cases/_limits_static_runtime.py).
 CASES = with_profile_limits(CASES, "e2b_dims")
+CASES = with_profile_limits(CASES, "static_runtime")
