@@ -63,6 +63,17 @@ def llama_max_seq(profile: str, tiny: int) -> int:
     return LLAMA["max_seq"] if profile == PROFILE else tiny
 
 
+def gemma4_max_seq(profile: str, tiny: int) -> int:
+    """The Gemma4 text window (prefill length and decode cache capacity): TICO's at static_runtime, ``tiny``
+    otherwise."""
+    return GEMMA4["max_seq"] if profile == PROFILE else tiny
+
+
+def calibration_count(profile: str, tiny: int) -> int:
+    """Calibration samples per case: TICO's one at static_runtime, ``tiny`` otherwise."""
+    return 1 if profile == PROFILE else tiny
+
+
 # The shapes each case uses at this profile, by the name of the TICO smoke accessor that gives the
 # same number for TICO's case of that name (the test calls it): prefill_seq_len (the prefill length),
 # decode_max_seq (the decode cache capacity), vision_patch_seq_len (vision patch slots, padding

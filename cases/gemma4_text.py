@@ -80,16 +80,12 @@ STATIC = static.PROFILE
 
 def _seq(profile: str) -> int:
     """Prefill length and decode cache capacity: TICO's 2048-token window at static_runtime."""
-    return static.GEMMA4["max_seq"] if profile == STATIC else SEQ
+    return static.gemma4_max_seq(profile, SEQ)
 
 
 def _ple(profile: str, ple: int) -> int:
     """PLE width: TICO's E2B contract (256) at static_runtime, ``ple`` (a sweep axis, 0 = off) elsewhere."""
     return static.GEMMA4_PLE_DIM if profile == STATIC else ple
-
-
-def _calibration_count(profile: str) -> int:
-    return 1 if profile == STATIC else 3  # TICO's counts
 
 
 def _layer_sample(hidden, rope, mask, ple: int = 0, **extra) -> Sample:
@@ -153,7 +149,7 @@ def build_decoder_layer(profile: str, *, layer_types: tuple[str, ...], layer_idx
     rope = hf_rope(cfg, layer_type, torch.arange(seq)[None])
     mask = additive_mask(allowed_pairs(seq, window=window))
     sample = lambda: _layer_sample(torch.randn(1, seq, cfg.hidden_size), rope, mask, width)  # noqa: E731
-    calibration = tuple(sample() for _ in range(_calibration_count(profile)))
+    calibration = tuple(sample() for _ in range(static.calibration_count(profile, 3)))
     return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample()}),
                  facts={"config": cfg, "window": window})
 
@@ -185,7 +181,7 @@ def build_decoder_layer_decode(profile: str, ple: int = 0) -> Built:
         return _layer_sample(torch.randn(1, 1, cfg.hidden_size), step_rope, mask, width, past_key_value=past,
                              use_cache=True)
 
-    calibration = tuple(sample() for _ in range(_calibration_count(profile)))
+    calibration = tuple(sample() for _ in range(static.calibration_count(profile, 3)))
     evaluation = {"default": sample(), "partial_cache": sample(filled=slots - 2)}
     return Built(module, CaseInputs(calibration=calibration, evaluation=evaluation), facts={"config": cfg})
 
@@ -237,7 +233,7 @@ def build_decoder_layer_shared_kv(profile: str) -> Built:
         k, v = shared["full_attention"]
         return _layer_sample(hidden.clone(), rope, mask, width, shared_key_value=(k.clone(), v.clone()))
 
-    calibration = tuple(sample() for _ in range(_calibration_count(profile)))
+    calibration = tuple(sample() for _ in range(static.calibration_count(profile, 3)))
     return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample()}), facts={"config": cfg})
 
 

@@ -52,7 +52,7 @@ PROFILES = ("tiny", "e2b_dims", STATIC)
 
 
 def _seq(profile: str) -> int:
-    return static.GEMMA4["max_seq"] if profile == STATIC else SEQ
+    return static.gemma4_max_seq(profile, SEQ)
 PADDED_KEYS = 2  # left padding used by the mask probes
 
 
@@ -118,7 +118,7 @@ def build_attention(profile: str, *, mode: str, layer_types: tuple[str, ...], la
                       sliding_window=None if profile == STATIC else SMOKE_SLIDING_WINDOW)
     module = Gemma4TextAttention(cfg, layer_idx=layer_idx).eval()
     shared_kv = _producer_kv(cfg, module.layer_type, seq) if module.is_kv_shared_layer else None
-    calibration = tuple(_sample(module, mode, shared_kv, seq) for _ in range(1 if profile == STATIC else 3))
+    calibration = tuple(_sample(module, mode, shared_kv, seq) for _ in range(static.calibration_count(profile, 3)))
     evaluation = {"default": _sample(module, mode, shared_kv, seq)}
     facts = {"q_len": seq if mode == "prefill" else 1, "k_len": seq, "window": module.sliding_window}
     return Built(module, CaseInputs(calibration=calibration, evaluation=evaluation), facts=facts)
