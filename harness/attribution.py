@@ -209,7 +209,8 @@ def resolved_range(values: torch.Tensor, gap_fraction: float = CLUSTER_GAP_FRACT
     return float(main[0]), float(main[-1]), True
 
 
-def _observers(root: torch.nn.Module) -> list[tuple[str, Any]]:
+def observer_sites(root: torch.nn.Module) -> list[tuple[str, Any]]:
+    """(path, observer) of every distinct tico observer under ``root``, in module order."""
     from tico.quantization.wrapq.observers.base import ObserverBase
 
     seen, found = set(), []
@@ -239,7 +240,7 @@ def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default",
     quantized = pipeline.quantized  # the shared stages are built (and timed) elsewhere
     started = time.perf_counter()
     twin = copy.deepcopy(quantized)
-    observers = _observers(twin)
+    observers = observer_sites(twin)
     tico_ids = {id(site.observer) for site in iter_quantization_sites(twin)}
     walked_ids = {id(obs) for _, obs in observers}
     not_in_tico = [path for path, obs in observers if id(obs) not in tico_ids]

@@ -2,7 +2,11 @@
 accuracy. Builds the case's pipeline, runs the leave-one-out attribution of harness/attribution.py
 (one forward per fake-quant site) and prints the ranked sites with the case's SQNR as is, the
 isolated vs propagated error per wrapped submodule, and with ``--deployed`` the sites ranked by
-the Circle-vs-torch gap left with each one off (harness/deployed_attribution.py)."""
+the Circle-vs-torch gap left with each one off (harness/deployed_attribution.py).
+
+``--off PATTERNS`` / ``--only PATTERNS`` (repeatable) print instead the SQNR with a group of sites
+switched off together, or with every site but the group off (harness/group_ablation.py): the
+losses two sites cause together, which leave-one-out reads as 0 dB for each."""
 
 from __future__ import annotations
 
@@ -26,6 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--deployed", action="store_true",
                         help="also convert to Circle and rank the sites by the Circle-vs-torch gap left with each "
                              "one off (harness/deployed_attribution.py)")
+    parser.add_argument("--off", action="append", default=[], metavar="PATTERNS",
+                        help="a group of sites to switch off together, as comma-separated fnmatch patterns over the "
+                             "site paths ('*obs_softmax,*obs_attn_weights'); repeat for more groups. Prints the "
+                             "group table only (no leave-one-out)")
+    parser.add_argument("--only", action="append", default=[], metavar="PATTERNS",
+                        help="like --off, but every site except the group is switched off: what the group alone costs")
     return parser
 
 
@@ -58,6 +68,8 @@ def main(argv: list[str]) -> int:
         print(f"case {case.name!r} cannot run here: {unavailable}", file=sys.stderr)
         return 2
     pipeline = PipelineCache().get(case, args.profile)
+    if args.off or args.only:
+        return _print_groups(case, args, pipeline)
     max_sites = args.max_sites if args.max_sites is not None else pipeline.check_settings(CHECK).max_sites
     att = attribute(pipeline, max_sites=max_sites)
     limit = None if args.top == 0 else args.top
@@ -92,6 +104,29 @@ def main(argv: list[str]) -> int:
             print(f"error is made most in {origin.path} ({origin.wrapper}): {_db(origin.isolated_sqnr_db)} dB alone")
     if args.deployed:
         _print_deployed(pipeline, limit, tabulate)
+    return 0
+
+
+def _print_groups(case, args, pipeline) -> int:
+    from tabulate import tabulate
+
+    from harness.group_ablation import GroupError, ablate_groups, parse_group
+    from harness.sweep import group_label
+
+    rows = []
+    try:
+        for mode, texts in (("off", args.off), ("only", args.only)):
+            if not texts:
+                continue
+            base_sqnr, base_peir, results = ablate_groups(pipeline, [parse_group(t) for t in texts], mode=mode)
+            rows += [[r.label, "off" if mode == "off" else "all others off", len(r.sites), f"{r.sqnr_db:.2f}",
+                      f"{r.gain_db:+.2f}", f"{r.peir:.4g}"] for r in results]
+    except GroupError as exc:
+        print(f"explain: {exc}", file=sys.stderr)
+        return 2
+    print(f"{case.name} [{group_label(case, args.profile)}]  sample 'default': SQNR as is {base_sqnr:.2f} dB, "
+          f"PEIR {base_peir:.4g}")
+    print(tabulate(rows, headers=["group", "switched", "sites", "SQNR dB", "gain dB", "PEIR"], disable_numparse=True))
     return 0
 
 
