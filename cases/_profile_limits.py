@@ -16,12 +16,13 @@ def limits_table(profile: str) -> dict[str, tuple[dict[str, dict[str, float]], s
 
 def with_profile_limits(cases: list, profile: str,
                         unused_observers: Mapping[str, Mapping[str, str]] | None = None,
-                        expected_failures: Mapping[str, Mapping[str, Expected]] | None = None) -> list:
+                        expected_failures: Mapping[str, Mapping[str, Expected | None]] | None = None) -> list:
     """``cases`` with ``profile_limits[profile]`` set from the profile's table: the table's
     settings (check -> fields) replace those fields of each case's settings on that profile, the
     source is kept. ``unused_observers``
     (case -> allowlist) replaces a case's allowlist on that profile; ``expected_failures`` (case ->
-    check -> Expected) replaces those checks' diagnosed failures on that profile, the case's others kept."""
+    check -> Expected) replaces those checks' diagnosed failures on that profile, the case's others kept; None
+    for a check drops the case's diagnosis on that profile (its cause is absent there, so the check must pass)."""
     table = limits_table(profile)
     unused_observers = unused_observers or {}
     expected_failures = expected_failures or {}
@@ -41,8 +42,10 @@ def with_profile_limits(cases: list, profile: str,
         else:
             updated.append(case)
             continue
-        expected = ({**case.expected_failures, **expected_failures[case.name]}
-                    if case.name in expected_failures else None)
+        expected = None
+        if case.name in expected_failures:
+            merged = {**case.expected_failures, **expected_failures[case.name]}
+            expected = {check: diagnosis for check, diagnosis in merged.items() if diagnosis is not None}
         limits = ProfileLimits(settings, source=source, unused_observers=unused_observers.get(case.name),
                                expected_failures=expected)
         updated.append(dataclasses.replace(case, profile_limits={**case.profile_limits, profile: limits}))

@@ -526,7 +526,10 @@ _NO_STANDARDIZE = {"gemma4_vision_model": {"obs_minus_bias": (
     "smoke, does not standardize, so at this width it is never fed")}}
 CASES = with_profile_limits(CASES, "e2b_dims", unused_observers=_NO_STANDARDIZE)
 # The static_runtime profile's limits (cases/_limits_static_runtime.py); E2B widths, so the same allowlist.
-CASES = with_profile_limits(CASES, "static_runtime", unused_observers=_NO_STANDARDIZE)
+# Its encoder calibration sample is TICO's static layout, padded (build_vision_encoder), so the attention-mask
+# observer sees the -120 fill: the padding hazard's cause is absent there and mask_quant must pass.
+CASES = with_profile_limits(CASES, "static_runtime", unused_observers=_NO_STANDARDIZE,
+                            expected_failures={"gemma4_vision_encoder": {"mask_quant": None}})
 
 
 # The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).

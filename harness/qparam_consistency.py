@@ -226,8 +226,14 @@ def bias_off_rule(record: dict[str, Any], float_bias: torch.Tensor) -> str | Non
     if any(record["zero_point"]):
         return "its zero point is not 0"
     off = (circle_bias(record).double() - float_bias.detach().double().reshape(-1)).abs() / torch.from_numpy(scale)
-    if float(off.max()) > 0.5 + 1e-3:
-        return f"it is {float(off.max()):.3g} steps from the float bias (more than the half step of rounding)"
+    # tico divides in float32 (quantize_bias.py:130) and the runtime dequantizes in float32: each is off by
+    # up to |q| float32 half-ulps, so a large integer bias (a small input x weight scale) reads a little
+    # over the half step on clean tico (0.514 steps at |q| ~ 1e5-1e6, gemma4_vision_model static_runtime)
+    slack = 2 * float(np.finfo(np.float32).eps) * (np.abs(np.asarray(record["values"], dtype=np.float64)) + 1)
+    over = off.numpy() - (0.5 + 1e-3 + slack)
+    if float(over.max()) > 0:
+        return (f"it is {float(off.max()):.3g} steps from the float bias (more than the half step of rounding "
+                f"and float32's error at that integer)")
     return None
 
 

@@ -142,3 +142,23 @@ def test_static_runtime_limits_name_only_its_cases_and_say_where_they_come_from(
             assert source.startswith("measured on clean tico, static_runtime"), (name, source)
         else:  # not measured yet: the results say the first profile's settings apply
             assert source.startswith("no limits stated for profile 'static_runtime'"), (name, source)
+
+
+def test_a_diagnosis_whose_cause_a_profile_lacks_is_dropped_there():
+    """gemma4_vision_encoder's padding hazard needs calibration on unpadded data; static_runtime calibrates
+    on TICO's padded static layout, so there mask_quant carries no expectation and must pass."""
+    from harness import Expected
+    from harness.catalog import load_cases
+
+    from cases._profile_limits import with_profile_limits
+
+    encoder = next(case for _, case in load_cases() if case.name == "gemma4_vision_encoder")
+    assert "mask_quant" in encoder.expected_failures_for("tiny")
+    assert "mask_quant" not in encoder.expected_failures_for("static_runtime")
+    assert "qparam_consistency" in encoder.expected_failures_for("static_runtime")  # the others stay
+
+    diagnosed = dataclasses.replace(LINEAR, profiles=("tiny", "static_runtime"), expected_failures={
+        "mask_quant": Expected("tiny only", problems=(r"^x$",)), "golden": Expected("both", problems=(r"^y$",))})
+    (updated,) = with_profile_limits([diagnosed], "static_runtime", expected_failures={"nn_linear": {"mask_quant": None}})
+    assert set(updated.expected_failures_for("static_runtime")) == {"golden"}
+    assert set(updated.expected_failures_for("tiny")) == {"mask_quant", "golden"}

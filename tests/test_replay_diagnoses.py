@@ -411,6 +411,27 @@ def test_clean_tico_biases_follow_the_rounding_rule():
     assert records and all(bias_off_rule(r, adapter.get_parameter(r["parameter"])) is None for r in records)
 
 
+def test_large_integer_biases_are_judged_with_float32s_error():
+    """tico's bias rule run in float32 (quantize_bias.py:129-132) on biases of |q| ~ 1e5-1e6 steps, as
+    gemma4_vision_model's patch projection has at static_runtime: rounding reads a little over the half step
+    there and is accepted; truncating (the seeded defect above) is still refused at that size."""
+    from harness.qparam_consistency import bias_off_rule
+
+    generator = torch.Generator().manual_seed(0)
+    weight_scale = torch.rand(4096, generator=generator) * 1e-5 + 1e-6
+    input_scale = 0.0078
+    bias = (torch.rand(4096, generator=generator) * 2 - 1) * 1e6 * weight_scale * input_scale
+    scale = torch.tensor([input_scale]) * weight_scale          # float32, as tico forms it
+    record = {"input_scale": [input_scale], "weight_scale": weight_scale.tolist(), "scale": scale.tolist(),
+              "zero_point": [0] * 4096}
+    rounded = torch.round(bias / scale)
+    off = (rounded.double() * scale.double() - bias.double()).abs() / scale.double()
+    assert float(off.max()) > 0.5 + 1e-3   # the old fixed tolerance refused clean tico here
+    assert bias_off_rule({**record, "values": rounded.to(torch.int64).tolist()}, bias) is None
+    truncated = torch.trunc(bias / scale).to(torch.int64).tolist()
+    assert "steps from the float bias" in bias_off_rule({**record, "values": truncated}, bias)
+
+
 def test_a_residual_sum_given_qparams_of_no_fake_quant_is_not_absorbed(monkeypatch):
     """Seeded propagation defect on the value FoldQuantOps quantizes for every user: the Llama attention
     residual sum (llama/quant_decoder_layer.py:359) leaves conversion with its scale doubled, qparams no
