@@ -358,3 +358,19 @@ def test_every_committed_golden_has_measured_noise_and_no_entry_is_stale():
     assert sorted(tiny - measured) == [], "goldens without measured noise: run scripts/golden_noise.py --write-noise"
     assert sorted(measured - tiny) == [], "noise.json entries for cases without a tiny golden"
     assert {stem for stem in stems if not stem.endswith(".tiny")} == _UNMEASURED_GOLDENS
+
+
+def test_the_unmeasured_note_names_a_case_missing_from_noise_json_only(golden_copy):
+    """A case absent from noise.json is held to the unmeasured limit and its result says so; a case on record
+    with no err_ratio-gated output (gemma4_assistant_sparse_head: its outputs equal their float reference) is
+    measured, and gets no such note."""
+    noise_path = golden_copy / "noise.json"
+    noise = json.loads(noise_path.read_text())
+    assert GOLDEN.run(_pipeline(golden_copy)).notes == []
+    noise["cases"]["gemma4_vision_encoder"] = {}
+    noise_path.write_text(json.dumps(noise))
+    assert GOLDEN.run(_pipeline(golden_copy)).notes == []
+    del noise["cases"]["gemma4_vision_encoder"]
+    noise_path.write_text(json.dumps(noise))
+    result = GOLDEN.run(_pipeline(golden_copy))
+    assert result.passed and any("no measured platform noise for gemma4_vision_encoder" in n for n in result.notes)
