@@ -18,7 +18,7 @@ import torch
 from harness import compat
 from harness.catalog import load_cases
 from harness.pipeline import Pipeline, RunSettings
-from harness.qparam_consistency import aligned_to_circle
+from harness.qparam_consistency import aligned_to_circle, bias_off_rule, bias_steps_off
 
 
 def _recording(twin: torch.nn.Module, applied: list[dict]) -> dict[str, list[torch.Tensor]]:
@@ -61,7 +61,14 @@ def main() -> int:
     audit = pipeline.circle.audit
     name = pipeline.export_sample_name
     args = case.export.args(pipeline.sample(name))
-    twin, why = aligned_to_circle(pipeline.export_adapter("quant", name), audit.applied, audit.overwritten,
+    adapter = pipeline.export_adapter("quant", name)
+    for record in audit.quantized_biases:  # each integer bias: its size and its distance from the float bias
+        float_bias = adapter.get_parameter(record["parameter"])
+        off, size = bias_steps_off(record, float_bias), np.abs(record["values"])
+        worst = int(off.argmax())
+        print(f"bias {record['parameter']}: max |q| {size.max():.3g}; {off[worst]:.4f} steps from the float bias "
+              f"at |q| {size[worst]:.3g} ({bias_off_rule(record, float_bias) or 'accepted'})")
+    twin, why = aligned_to_circle(adapter, audit.applied, audit.overwritten,
                                   audit.requantized, audit.redundant, inputs=pipeline.circle.input_quantization,
                                   biases=[] if options.no_biases else audit.quantized_biases)
     if twin is None:

@@ -68,7 +68,7 @@ def run(pipeline) -> CheckResult:
         result.fail(f"golden tensor set changed: gone {missing[:5]}, new {added[:5]}{context}")
     measured_cases = portable.load_measured_noise(settings.golden_dir).get("cases", {})
     measured = measured_cases.get(case, {})
-    # present but empty: measured, and no output of the case is gated by err_ratio (each equals its float reference)
+    # a case on record with no entries was measured: none of its outputs is gated by err_ratio
     if case not in measured_cases:
         result.notes.append(f"no measured platform noise for {case} in {settings.golden_dir}/noise.json: quantized "
                             f"outputs held to the unmeasured limit; measure with scripts/golden_noise.py")
