@@ -311,7 +311,7 @@ CASES = [
 # --- Qwen3-VL: tico's model-specific GPTQ on the whole tiny model (nightly) ---------------------
 
 from cases import qwen3_vl_text  # noqa: E402
-from harness import Expected  # noqa: E402
+from harness.findings import expect  # noqa: E402
 
 _QWEN_BASE = {case.name: case for case in qwen3_vl_text.CASES}["qwen3_vl_for_conditional_generation"]
 
@@ -323,21 +323,8 @@ QWEN3_VL_GPTQ = AlgorithmCapability(
     description="tico's Qwen3VLGPTQ (stagewise, vision then text) on the whole model, then wrapq's PTQConfig",
 )
 
-# QuantQwen3VLVisionAttention folds 1/sqrt(head_dim) into the K rows of the fused qkv weight in
-# place (qwen_vl/quant_vision_attention.py:61-71) and records no reused-qparam multiplier for it
-# (the Llama wrapper does, llama/quant_attention.py:45-70; a fold that is not one uniform factor
-# is to be marked so the handoff refuses, utils/linear_folding.py). inject_gptq_qparams therefore
-# locks GPTQ's unfolded per-channel scales onto the folded K rows: they use 1/sqrt(head_dim) of
-# GPTQ's grid, and the deployed model loses log2(sqrt(head_dim)) bits on every K row.
-QWEN_VISION_QKV_FOLD = Expected(
-    "QuantQwen3VLVisionAttention folds the attention scale into the K rows of qkv (qwen_vl/quant_vision_attention.py:"
-    "61-71) without the reused-qparam multiplier the Llama wrapper records (llama/quant_attention.py:45-70), so "
-    "inject_gptq_qparams locks GPTQ's unfolded scales onto the folded K rows "
-    "(tests/test_algorithm_findings.py)",
-    problems=(r"model\.visual\.blocks\.\d+\.attn\.qkv: the weight observer does not apply the algorithm's qparams",
-              r"model\.visual\.blocks\.\d+\.attn\.qkv: QUANT fake-quant gives \d+ of \d+ integer codes other than "
-              r"the algorithm's"),
-)
+# The deployed model loses log2(sqrt(head_dim)) bits on every K row (findings/tico.toml).
+QWEN_VISION_QKV_FOLD = expect("qwen3-vl-vision-qkv-fold-gptq")
 
 CASES.append(dataclasses.replace(
     _QWEN_BASE, name="qwen3_vl_gptq_for_conditional_generation", algorithm=QWEN3_VL_GPTQ,

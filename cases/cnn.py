@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness import Built, Case, CaseInputs, Expected, Sample, Sweep, whole_module_export
+from harness import Built, Case, CaseInputs, Sample, Sweep, whole_module_export
+from harness.findings import expect
 
 
 def _inputs(make, calibration: int = 4) -> CaseInputs:
@@ -150,14 +151,7 @@ def _settings(name: str) -> dict:
 
 # Verified in tico 0.3.0 and reproduced (groups=1 and groups=in_channels are not decomposed and
 # quantize their bias; README "CNN-family cases").
-GROUPED_CONV_FLOAT_BIAS = Expected(
-    "a grouped Conv2d (1 < groups < in_channels) is decomposed by DecomposeGroupedConv2d "
-    "(passes/decompose_grouped_conv2d.py:174, one slice of the bias per group; with bias=False a zero "
-    "bias is added first, :140) in the legalize passes (utils/convert.py:269); ConstPropPass (:282) folds "
-    "each slice into a lifted constant, and QuantizeBias (utils/convert.py:330) quantizes only biases that "
-    "are parameters (quantization/passes/quantize_bias.py:95-97 'Only support bias is Parameter'), so every "
-    "group's bias stays float32 next to uint8 activations and weights in the Circle model",
-    problems=(r"^node _prop_tensor_constant\d+ \(_prop_tensor_constant\d+, 1 users\) has no qparam: no stack trace$",))
+GROUPED_CONV_FLOAT_BIAS = expect("grouped-conv-float-bias")
 
 
 # (name, build, the wrapper prepare must put at the root)

@@ -29,13 +29,12 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
-    Expected,
-    calib_mode_adapter,
     merged_settings,
     whole_module_export,
 )
 from harness import first_call_kwarg
 from harness import unwrap
+from harness.findings import expect
 
 from cases._gemma4_common import (
     E2B_PROFILES,
@@ -175,12 +174,8 @@ _PADDING_HAZARD = (
     "with scale 1, zero-point 0, so in QUANT mode every -120 fill clamps to 0 and padding leaks "
     "into attention; gemma4_vision_encoder_padded_calib (one padded calibration sample) gates the padded sample"
 )
-_PADDING_HAZARD_PROBLEMS = Expected(_PADDING_HAZARD, problems=(
-    r"^QUANT mask \[dynamic:padded\]: fill value -120(\.0)? became 0 after fake-quant",
-    r"^QUANT mask \[dynamic:padded\]: a masked key keeps softmax weight \S+ \(limit 1e-06\): padding leaks",
-    r"^QUANT mask \[export:padded\]: fill value -120(\.0)? became 0 after fake-quant",
-    r"^QUANT mask \[export:padded\]: a masked key keeps softmax weight \S+ \(limit 1e-06\): padding leaks",
-))
+_PADDING_HAZARD_PROBLEMS = expect("mask-fill-clamped-by-observer", check="mask_quant",
+                                  probes=("dynamic:padded", "export:padded"))
 
 VISION_ENCODER = Case(
     name="gemma4_vision_encoder",
@@ -305,9 +300,7 @@ VISION_PARTS = [
             samples=("default", "padded"),
             unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("decode"),
         ),
-        expected_failures={"export_contract": calib_mode_adapter(
-            "QuantGemma4VisionEncoderLayer.as_export_module builds its prefill adapter in CALIB mode too "
-            "(the encoder-level wrapper refuses outside NO_QUANT/QUANT)")},
+        expected_failures={"export_contract": expect("export-adapter-accepts-calib")},
         **_LAYER_PART,
     ),
 ]

@@ -24,7 +24,6 @@ from harness import (
     Built,
     Case,
     CaseInputs,
-    Expected,
     ExportCapability,
     MaskCapability,
     MaskProbe,
@@ -34,6 +33,7 @@ from harness import (
 )
 from harness import first_call_kwarg
 from harness import unwrap
+from harness.findings import expect
 
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 
@@ -302,25 +302,10 @@ _TIED_HEAD = (
     "with ordered embeddings the core never calls lm_head; its (fake-quantized) weight only feeds the "
     "sparse head, so lm_head's activation observers are never fed"
 )
-_MASK_NEVER_SEES_FILL = Expected(
-    "calibrated like TICO's smoke (no padded target token), the full-attention layer's attn_mask observer "
-    "only ever sees zeros, so in QUANT mode the -120 fill collapses to about 0 and padded keys get "
-    "softmax weight; tico does not pin the mask observer's range to the fill value. "
-    "One padded calibration sample makes this pass",
-    problems=(
-        r"^QUANT mask \[padded\.layer1\.full_attention\]: fill value -120(\.0)? became -?0(\.0+\d*)? after fake-quant",
-        r"^QUANT mask \[padded\.layer1\.full_attention\]: a masked key keeps softmax weight \S+ \(limit 1e-06\): "
-        r"padding leaks",
-    ),
-)
-_CAPACITY_SLOTS_LEAK = Expected(
-    "the static core always pads full-attention K/V to 16 slots masked with -120, which the "
-    "full-attention attn_mask observer (calibrated on the eager path, unpadded) clamps to about 0 in QUANT: "
-    "the empty slots leak into softmax, so the exported core differs from the dynamic forward in QUANT "
-    "(NO_QUANT agrees). One padded calibration sample makes this exact",
-    problems=(r"^QUANT dynamic forward vs export adapter \[default\]: not close",
-              r"^QUANT dynamic forward vs export adapter \[padded\]: not close"),
-)
+_MASK_NEVER_SEES_FILL = expect("mask-fill-clamped-by-observer", check="mask_quant",
+                               probes=("padded.layer1.full_attention",))
+_CAPACITY_SLOTS_LEAK = expect("mask-fill-clamped-by-observer", check="dynamic_vs_export",
+                              probes=("default", "padded"))
 _HOST_ONLY = (
     "the ordered sparse head is host-side by design and has no export path: TICO's smoke case sets "
     "supports_circle_export=False because 'the ordered sparse head runs on the host: dynamic top-k, "

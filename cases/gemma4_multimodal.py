@@ -19,7 +19,6 @@ from harness import (
     Built,
     Case,
     CaseInputs,
-    Expected,
     ExportCapability,
     MaskCapability,
     MaskProbe,
@@ -29,6 +28,7 @@ from harness import (
 )
 from harness import first_call_kwarg
 from harness import unwrap
+from harness.findings import expect
 
 from cases._gemma4_text_common import additive_mask, allowed_pairs, attention_unused, sin_in_convention
 from cases._profile_limits import with_profile_limits
@@ -320,53 +320,9 @@ _SMOKE_HEAD_CHECKS = ("dynamic_vs_export", "torch_export", "circle_replay", "qpa
                       "export_contract")
 
 
-def _eager_float_ids(mode: str) -> str:
-    """The eager adapter call on the deployment sample, failing in F.embedding on float 'ids'."""
-    return (rf"^stage 'export_raw_output\[{mode},default\]' failed: RuntimeError: Expected tensor for argument #1 "
-            r"'indices' to have one of the following scalar types: Long, Int; but got torch\.FloatTensor instead")
-
-
-def _smoke_head_export_fails(wrapper: str, smoke_site: str, embedding_site: str, traced: str,
-                             why_traced: str) -> dict[str, Expected]:
-    """Every export check of a head model exported as TICO's smoke exports it, with one diagnosis.
-
-    dynamic_vs_export and torch_export run the adapter eagerly first (NO_QUANT, then QUANT) and
-    meet the eager failure; circle_replay, qparam_audit, qparam_consistency and export_contract
-    start from the torch.export program and meet ``traced``."""
-    reason = (
-        f"{wrapper} has no as_export_module in tico 0.3.0, so TICO's smoke case exports the quantized model "
-        f"itself (its export_module falls back to 'return quantized', {smoke_site}) and calls "
-        "it with export_input's static ABI of Gemma4ModelPrefillExportAdapter positionally (wrapper_smoke/"
-        "runner.py:118 'tico.convert(export_module, args)'): inputs_embeds "
-        "lands in input_ids, per_layer_inputs, the mask dict and the RoPE dict in the parameters after it. "
-        f"The float embeddings reach the token embedding as ids ({embedding_site}), where eager F.embedding "
-        f"refuses them (quant_text_scaled_word_embedding.py:70). {why_traced} TICO's own smoke run reports "
-        "this case FAIL (EXPORT). tico deploys Gemma4 by stage instead (recipes/export/gemma4.py "
-        "export_gemma4_per_layer: vision, token embedding, fusion, one graph per decoder layer, "
-        "Gemma4LMHeadExportAdapter, softcapping on the CPU); those stages have their own cases"
-    )
-    problems = {"dynamic_vs_export": _eager_float_ids("noquant"), "torch_export": _eager_float_ids("quant")}
-    return {check: Expected(reason, problems=(problems.get(check, traced),)) for check in _SMOKE_HEAD_CHECKS}
-
-
-_CONDITIONAL_EXPORT_FAILS = _smoke_head_export_fails(
-    "QuantGemma4ForConditionalGeneration",
-    "Gemma4ForConditionalGenerationCase, wrapper_smoke/cases/gemma4.py:2657-2664",
-    "QuantGemma4Model.forward, quant_model.py:297 'inputs_embeds = text_model.embed_tokens(llm_input_ids)'",
-    r"^stage 'torch_export' failed: Unsupported: Data-dependent branching$",
-    "torch.export stops earlier, on the placeholder branch 'if multimodal_mask.any():' (quant_model.py:292, "
-    "data-dependent branching), which every call with token ids takes: the whole wrapper cannot be traced "
-    "from ids either.",
-)
-_CAUSAL_EXPORT_FAILS = _smoke_head_export_fails(
-    "QuantGemma4ForCausalLM",
-    "Gemma4ForCausalLMCase, wrapper_smoke/cases/gemma4.py:2780-2787",
-    "QuantGemma4TextModel.forward, quant_text_model.py:771 'inputs_embeds = self.embed_tokens(input_ids)'",
-    r"^stage 'torch_export' failed: TorchRuntimeError: RuntimeError when making fake tensor call$",
-    "torch.export fails on the same F.embedding call (dynamo's fake-tensor run of it). tico's per-layer recipe "
-    "does not take a text-only model either (recipes/export/gemma4.py:190 'Gemma4 Circle export requires an "
-    "image vision tower.'; Gemma4LMHeadExportAdapter reads model.wrapped.language_model, export_adapters.py:757).",
-)
+# Both LM-head wrappers exported as TICO's smoke exports them: one finding on every export check.
+_CONDITIONAL_EXPORT_FAILS = {check: expect("gemma4-lm-head-no-export-adapter", check=check) for check in _SMOKE_HEAD_CHECKS}
+_CAUSAL_EXPORT_FAILS = _CONDITIONAL_EXPORT_FAILS
 
 
 MODEL_CASES = [

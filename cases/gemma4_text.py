@@ -27,7 +27,6 @@ from harness import (
     Built,
     Case,
     CaseInputs,
-    Expected,
     ExportCapability,
     MaskCapability,
     MaskProbe,
@@ -39,6 +38,7 @@ from harness import (
 )
 from harness import first_call_kwarg
 from harness import unwrap
+from harness.findings import expect
 
 from cases._profile_limits import with_profile_limits
 from cases import _gemma4_ple as ple
@@ -193,10 +193,7 @@ _EMPTY_SLOTS = (
     "not gated. Calibrating with one partial-cache step keeps the fill but stretches obs_mask_add over "
     "-120, which coarsens every logit (the shared mask-add observer, see README)"
 )
-_EMPTY_SLOTS_PROBLEMS = Expected(_EMPTY_SLOTS, problems=(
-    r"^QUANT mask \[partial_cache\]: fill value -120(\.0)? became 0 after fake-quant",
-    r"^QUANT mask \[partial_cache\]: a masked key keeps softmax weight \S+ \(limit 1e-06\): padding leaks",
-))
+_EMPTY_SLOTS_PROBLEMS = expect("mask-fill-clamped-by-observer", check="mask_quant", probes=("partial_cache",))
 
 
 def _decode_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
@@ -278,19 +275,10 @@ def _layer_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
 
 _LAYER_MASKS = MaskCapability(probes=_layer_masks)
 
-_SLIDING_FALLBACK = (
-    "QuantGemma4TextAttention builds the mask it uses when given none (or a bool keep mask) from "
-    "causal_mask_template, a plain triu(1) causal template, for every layer type: it never applies "
-    "its own sliding_window, so a sliding layer attends to the keys left of its window (0, not -120); "
-    "in QUANT those pairs stay 0 and keep softmax weight. Explicit additive sliding masks, as "
-    "QuantGemma4TextModel passes, are unaffected"
-)
-_SLIDING_FALLBACK_FILL = Expected(_SLIDING_FALLBACK, problems=tuple(
-    rf"^mask \[{probe}\]: \d+ pairs touching padding are not the fill value -120" for probe in ("no_mask", "bool_keep_padding")))
-_SLIDING_FALLBACK_QUANT = Expected(_SLIDING_FALLBACK, problems=tuple(
-    pattern for probe in ("no_mask", "bool_keep_padding") for pattern in (
-        rf"^QUANT mask \[{probe}\]: fill value -120(\.0)? became 0 after fake-quant",
-        rf"^QUANT mask \[{probe}\]: a masked key keeps softmax weight \S+ \(limit 1e-06\): padding leaks")))
+_SLIDING_FALLBACK_FILL = expect("gemma4-sliding-window-ignored", check="mask_fill",
+                                  probes=("no_mask", "bool_keep_padding"))
+_SLIDING_FALLBACK_QUANT = expect("gemma4-sliding-window-ignored", check="mask_quant",
+                                   probes=("no_mask", "bool_keep_padding"))
 
 
 def _ple_arg(sample: Sample) -> tuple:
@@ -575,19 +563,7 @@ _TEXT_MODEL_EXPORT = ExportCapability(
                                          _text_model_export_masks(s.kwargs["attention_mask"], k_len=SEQ - 1)),
 )
 
-_TEXT_MODEL_CIRCLE = Expected(
-    "TICO's smoke case does not export the whole text model (supports_circle_export = False: \"Full "
-    "Gemma4TextModel Circle export requires a dedicated static adapter.\", wrapper_smoke/cases/gemma4.py, "
-    "Gemma4TextModelCase), but the wrapper has an export-mode contract (\"requires static masks as a dict keyed "
-    "by layer type\", quant_text_model.py:539-545), exported here: torch.export traces it and matches the eager "
-    "model, tico's Circle conversion refuses it. Every CPU-provided mask goes through "
-    "QuantGemma4TextModel._bounded_additive_mask, 'torch.where(mask < 0, fill, torch.zeros_like(mask))' "
-    "(quant_text_model.py:436, reached from _normalize_attention_mask_for_layer:504), whose aten.lt.Scalar "
-    "tico's check_unsupported_target rejects (utils/convert.py:350 -> :193 'NOT SUPPORTED OPERATOR IN GRAPH "
-    "MODULE'). tico's per-layer recipe never meets it: each decoder layer graph takes the additive mask as "
-    "given (recipes/export/gemma4.py export_gemma4_per_layer; those layers have their own cases)",
-    problems=(r"^stage 'circle_convert' failed: NotYetSupportedError: NOT SUPPORTED OPERATOR IN GRAPH MODULE: lt\.Scalar x2$",),
-)
+_TEXT_MODEL_CIRCLE = expect("gemma4-text-model-lt-scalar")
 
 TEXT_MODEL = Case(
     name="gemma4_text_model",

@@ -16,7 +16,7 @@ instead of the smoke's random cos/sin and all-zero masks:
   the Hugging Face reference receives them through a ``DynamicCache`` / ``shared_kv_states``.
 
 The wrapper builds a causal mask itself when it gets no mask or a boolean keep mask, so
-every case probes that mask; for sliding layers it ignores the window (see ``_SLIDING_MASK``).
+every case probes that mask; for sliding layers it ignores the window (finding gemma4-sliding-window-ignored).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import torch
 
 from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import replaced_qparams, with_expected
-from harness import (Built, Case, CaseInputs, Expected, ExportCapability, MaskCapability, MaskProbe, Sample,
-                     calib_mode_adapter)
+from harness import (Built, Case, CaseInputs, Expected, ExportCapability, MaskCapability, MaskProbe, Sample)
 from harness import unwrap
+from harness.findings import expect
 
 from cases._gemma4_text_common import (
     additive_mask,
@@ -189,27 +189,17 @@ def _mask_probes(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
     ]
 
 
-_SLIDING_MASK = (
-    "QuantGemma4TextAttention builds its own mask (no mask, or a boolean keep mask) from a plain causal "
-    "template and never uses the sliding_window it stores, so on a sliding layer keys older than the window "
-    "(query - key >= 4 here) get 0 instead of the fill value"
-)
-_NO_CALIB_GUARD = calib_mode_adapter(
-    "Gemma4 text attention's prefill/decode export adapters run in any mode, CALIB included (no mode check, "
-    "unlike the Gemma4 vision encoder adapter)"
-)
+_NO_CALIB_GUARD = expect("export-adapter-accepts-calib")
 _PROBES = ("causal_template", "left_padded_keep_mask")
 
 
-def _fill_not_applied(reason: str, probes=_PROBES) -> Expected:
-    return Expected(reason, problems=tuple(
-        rf"^mask \[{probe}\]: \d+ pairs touching padding are not the fill value -120" for probe in probes))
+def _fill_not_applied(probes=_PROBES) -> Expected:
+    return expect("gemma4-sliding-window-ignored", check="mask_fill", probes=probes)
 
 
-def _fill_lost_in_quant(reason: str, probes=_PROBES) -> Expected:
-    return Expected(reason, problems=tuple(pattern for probe in probes for pattern in (
-        rf"^QUANT mask \[{probe}\]: fill value -120(\.0)? became 0 after fake-quant",
-        rf"^QUANT mask \[{probe}\]: a masked key keeps softmax weight \S+ \(limit 1e-06\): padding leaks")))
+def _fill_lost_in_quant(finding: str, probes=_PROBES) -> Expected:
+    return expect(finding, check="mask_quant", probes=probes)
+
 
 _COMMON = dict(
     family="gemma4",
@@ -247,13 +237,8 @@ def _case(name: str, mode: str, *, layer_types, layer_idx, settings: dict, k_eq_
     )
 
 
-_DECODE_MASK_CALIB = _fill_lost_in_quant(
-    "calibrated like TICO's decode smoke (every one of the 8 cache slots visible, so each calibration mask is "
-    "all 0), the attn_mask MinMaxObserver ends at min=max=0 -> scale 1 / zero-point 0 (uint8), and the fill "
-    "value of the mask the wrapper builds itself fake-quantizes to 0: padded keys leak. The "
-    "wrapper observes its {0, fill} mask like an activation instead of pinning the fill into the range",
-    probes=("left_padded_keep_mask",))
-_SLIDING = {"mask_fill": _fill_not_applied(_SLIDING_MASK), "mask_quant": _fill_lost_in_quant(_SLIDING_MASK)}
+_DECODE_MASK_CALIB = _fill_lost_in_quant("mask-fill-clamped-by-observer", probes=("left_padded_keep_mask",))
+_SLIDING = {"mask_fill": _fill_not_applied(), "mask_quant": _fill_lost_in_quant("gemma4-sliding-window-ignored")}
 _TWO_FULL = ("full_attention", "full_attention")
 
 # Limits: measured on tico 0.3.0 / transformers 5.22.2 (tiny profile) in the comments,

@@ -25,15 +25,14 @@ from harness import (
     Expected,
     Sample,
     Sweep,
-    calib_mode_adapter,
     whole_module_export,
 )
 from harness import first_call_kwarg
 from harness import unwrap
+from harness.findings import expect
 
 from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import (MASK_TEMPLATE_PER_LAYER, PRESENT_V_PER_HEAD_PATTERN, PRESENT_V_PER_HEAD_REASON,
-                                     replaced_qparams, with_expected)
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, PRESENT_V_PER_HEAD, replaced_qparams, with_expected
 from cases import _static_runtime as static
 
 LLAMA_REQUIRES = ("transformers.models.llama.modeling_llama",)
@@ -229,10 +228,7 @@ def _layer_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
 _PREFILL_CACHE = (
     "prefill feeds no past key/value: the cache observers are used by the decode path only"
 )
-_NO_CALIB_GUARD = calib_mode_adapter(
-    "the Llama attention and decoder-layer wrappers build their prefill export adapter in any mode, "
-    "CALIB included (the Gemma4 and Qwen3-VL wrappers refuse outside NO_QUANT/QUANT)"
-)
+_NO_CALIB_GUARD = expect("export-adapter-accepts-calib")
 
 def _decode_sample(config) -> Sample:
     """One new token at position W-1 over a (W-1)-token past (W the static window), in the wrapper's
@@ -275,45 +271,15 @@ _FOLDED_SCALE = (
     "observers serve scale_fusion='none' only"
 )
 
-_UNROLLED_NEW_KV = (
-    "with layout='unrolled' QuantLlamaAttention fake-quantizes the K/V it returns with obs_new_k / obs_new_v only in "
-    "_finalize_cache_output (llama/quant_attention.py:672-673), which the forward reaches only with use_cache=True "
-    "(:884); the batched layout applies them on every forward (:946-947). Calibrated through prefill calls that "
-    "pass no use_cache (as HF's attention call does), they keep an unobserved observer's placeholder qparams, and "
-    "the prefill export adapter, which returns K/V, quantizes them with those: torch's returned K/V collapse, while "
-    "tico's Circle model holds the qparams of the tensors they are computed from"
-)
-
-
-def _unrolled(*problems: str) -> Expected:
-    return Expected(_UNROLLED_NEW_KV, problems=problems)
+def _unrolled(check: str) -> Expected:
+    return expect("llama-unrolled-new-kv-uncalibrated", check=check)
 
 
 def _unrolled_qparams(per_head_v: bool = False) -> Expected:
     """The rotate-half replacements every variant shows, plus the uncalibrated obs_new_k/v of the unrolled layout;
-    with more than one K/V head also the per-head V slice (:798) obs_present_value quantizes, which torch stacks for
-    obs_new_v in float and Circle quantizes for every user (FoldQuantOps attaches qparams to the producer,
-    fold_quant_ops.py:206-213)."""
-    base = replaced_qparams()
-    problems = base.problems + (
-        r"^tensor \S+ \(tico/quantization/wrapq/wrappers/llama/quant_attention\.py:67[23], wrapped\.obs_new_[kv]\): "
-        r"(torch fake-quantizes it with scale 1e-08 zp 0, |)the Circle model holds scale \S+ zp -?\d+",)
-    if per_head_v:
-        problems += (r"^tensor \S+ \(tico/quantization/wrapq/wrappers/llama/quant_attention\.py:798, "
-                     r"aten\.reshape\.default\): torch fake-quantizes it only where wrapped\.obs_present_value reads "
-                     r"it and \S+ read\(s\) it in float",)
-    return Expected(base.reason + "; " + _UNROLLED_NEW_KV, problems=problems)
-
-
-_UNROLLED_4D_MASK = (
-    "the unrolled layout adds the mask to each head's (B, S, K) logits as given (llama/quant_attention.py:858) and "
-    "checks only its last two dims (:853-856); the batched layout unsqueezes a 3-D mask and keeps a 4-D one "
-    "(_expand_attention_mask_for_batched, :301-307). HF's own (B, 1, S, K) mask therefore broadcasts each head's "
-    "logits to (B, B, S, K) when B > 1, and o_proj then receives B times its input width: every forward with a batch "
-    "fails"
-)
-_SHAPE_ERROR = (r"^(stage '\S+' failed: |a calibration forward raised )RuntimeError: mat1 and mat2 shapes cannot be "
-                r"multiplied \(\d+x\d+ and \d+x\d+\)$")
+    with more than one K/V head also the per-head V slice obs_present_value quantizes."""
+    extra = ("llama-unrolled-per-head-v-float",) if per_head_v else ()
+    return replaced_qparams() + expect("llama-unrolled-new-kv-uncalibrated", *extra, check="qparam_consistency")
 
 
 # Configuration axes of QuantLlamaAttention, each a branch of the wrapper (tico 0.3.0):
@@ -354,20 +320,17 @@ ATTENTION_SWEEP = Sweep(
         "scale_fusion=k_proj": {"unused_observers": {"obs_scale": _FOLDED_SCALE, "obs_logits_raw": _FOLDED_SCALE}},
         "scale_fusion=q_proj": {"unused_observers": {"obs_scale": _FOLDED_SCALE, "obs_logits_raw": _FOLDED_SCALE}},
         "layout=unrolled": {"expected_failures": {
-            "observer_use": _unrolled(
-                r"^observer obs_new_[kv] was never fed statistics during calibration \(\d+ calibration samples\)$"),
-            "calibration_coverage": _unrolled(
-                r"^observer obs_new_[kv] \(MinMaxObserver\): never fed: observed min/max are not finite$"),
+            "observer_use": _unrolled("observer_use"),
+            "calibration_coverage": _unrolled("calibration_coverage"),
             # outputs 1 and 2 are the returned K / V; with the placeholder qparams of obs_new_k/v circle_replay
             # cannot align torch to Circle, so output 0 is gated as exported and may show the rotate-half NEG
             # gap the aligned copy models (see the case's settings).
-            "circle_replay": _unrolled(
-                r"^Circle FAKE_QUANTIZE output [012] (max|mean) \|diff\| in steps \S+ exceeds threshold \S+$"),
+            "circle_replay": _unrolled("circle_replay"),
             "qparam_consistency": _unrolled_qparams(),
         }},
         "kv_heads=2,layout=unrolled": {"expected_failures": {"qparam_consistency": _unrolled_qparams(per_head_v=True)}},
         "layout=unrolled,mask=additive_4d": {"expected_failures": {
-            check: Expected(_UNROLLED_4D_MASK, problems=(_SHAPE_ERROR,)) for check in (
+            check: expect("llama-unrolled-4d-mask-batch") for check in (
                 "attribution", "calibration_coverage", "circle_replay", "dynamic_vs_export", "export_contract",
                 "lifecycle", "noquant_parity", "observer_use", "ptq_overrides", "qparam_audit", "qparam_consistency",
                 "quant_accuracy", "torch_export", "wrapper_registry")}},
@@ -622,10 +585,7 @@ _KEY_FOLD = (
     "the default (npu_export) profile folds the attention scale into k_proj, so the logits are never "
     "scaled at runtime: the raw-logit and scale observers serve the scale_fusion='none' profile only"
 )
-_NO_CALIB_GUARD_DECODE = calib_mode_adapter(
-    "QuantLlamaDecoderLayer.as_export_module('decode') builds its decode adapter in any mode, CALIB included "
-    "(the Gemma4 and Qwen3-VL wrappers refuse outside NO_QUANT/QUANT)"
-)
+_NO_CALIB_GUARD_DECODE = expect("export-adapter-accepts-calib")
 
 CASES.append(
     Case(
@@ -690,9 +650,7 @@ _DECODE_QPARAMS = next(c for c in CASES if c.name == "llama_decoder_layer_decode
 # as exported. circle_replay now gates every case against that aligned copy, so the case keeps its one-flip limits
 # and needs no expectation here.
 CASES = with_profile_limits(CASES, STATIC, expected_failures={
-    "llama_decoder_layer_decode": {"qparam_consistency": Expected(
-        _DECODE_QPARAMS.reason + "; " + PRESENT_V_PER_HEAD_REASON,
-        problems=tuple(_DECODE_QPARAMS.problems) + (PRESENT_V_PER_HEAD_PATTERN,))},
+    "llama_decoder_layer_decode": {"qparam_consistency": _DECODE_QPARAMS + PRESENT_V_PER_HEAD},
 })
 
 # The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).

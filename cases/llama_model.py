@@ -23,7 +23,6 @@ from harness import (
     Built,
     Case,
     CaseInputs,
-    Expected,
     ExportCapability,
     LanguageModelCapability,
     MaskCapability,
@@ -31,12 +30,12 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
-    calib_mode_adapter,
     first_call_kwarg,
     unwrap,
 )
 
 from cases import llama
+from harness.findings import expect
 from cases._shared_diagnoses import replaced_qparams
 
 LAYERS = 2
@@ -147,14 +146,7 @@ def model_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
     ]
 
 
-TEMPLATE_COPIES = Expected(
-    "QuantLlamaModel registers the causal-mask and RoPE templates once for the model (llama/quant_model.py:137, "
-    "180-181) and every QuantLlamaDecoderLayer registers its own copies (llama/quant_decoder_layer.py:133, 168-173), "
-    "as does every QuantLlamaAttention its causal mask (llama/quant_attention.py:236): the same tensors are held "
-    "once more per layer",
-    problems=(r"^the wrapper tree holds \S*layers\.\d+\.wrapped\.(self_attn\.wrapped\.)?(causal_mask|rope_cos|rope_sin)"
-              r"_template, a copy of (\S*\.)?wrapped\.(causal_mask|rope_cos|rope_sin)_template with the same contents",),
-)
+TEMPLATE_COPIES = expect("llama-templates-per-layer")
 _KEY_FOLD = ("the default (npu_export) profile folds the attention scale into k_proj: the raw-logit and scale "
              "observers serve the scale_fusion='none' profile only")
 _NO_CACHE = "the model cases run prefill without a cache (use_cache=False): past and new K/V observers serve decode"
@@ -175,9 +167,7 @@ causal_lm_export = ExportCapability(
     samples=("export",),
     unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
 )
-CAUSAL_LM_CALIB_ADAPTER = calib_mode_adapter(
-    "QuantLlamaForCausalLM.as_export_module builds its prefill adapter in any mode, CALIB included "
-    "(llama/quant_model_for_causal_lm.py:290-299 checks only the mode name)")
+CAUSAL_LM_CALIB_ADAPTER = expect("export-adapter-accepts-calib")
 
 CASES = [
     Case(

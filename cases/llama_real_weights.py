@@ -35,19 +35,19 @@ from harness import (
     Built,
     Case,
     CaseInputs,
-    Expected,
     ExportCapability,
     LanguageModelCapability,
     Sample,
     unwrap,
 )
 from harness import real_weights as rw
+from harness.findings import expect
 
 from cases import llama
 from cases.llama_model import hf_call as _hf_lm  # HF gets its own (B, S) padding mask
 from cases.llama_model import lm_sample as _lm_sample  # the wrapper's (B, 1, S) mask: llama_model's docstring
 from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import PRESENT_V_PER_HEAD_PATTERN, PRESENT_V_PER_HEAD_REASON, replaced_qparams
+from cases._shared_diagnoses import PRESENT_V_PER_HEAD, replaced_qparams
 
 PROFILE = "real_weights"
 WINDOW = 64
@@ -224,14 +224,7 @@ def build_decoder_layer_decode(layer_index: int):
 # --- the first N layers plus the head --------------------------------------------------------
 
 
-_TEMPLATE_COPIES = Expected(
-    "QuantLlamaModel registers the causal-mask and RoPE templates once for the model (llama/quant_model.py:137, "
-    "180-181) and every QuantLlamaDecoderLayer registers its own copies (llama/quant_decoder_layer.py:133, 168-173), "
-    "as does every QuantLlamaAttention its causal mask (llama/quant_attention.py:236): the same tensors are held "
-    "once more per layer",
-    problems=(r"^the wrapper tree holds \S*layers\.\d+\.wrapped\.(self_attn\.wrapped\.)?(causal_mask|rope_cos|rope_sin)"
-              r"_template, a copy of \S*model\.wrapped\.(causal_mask|rope_cos|rope_sin)_template with the same contents",),
-)
+_TEMPLATE_COPIES = expect("llama-templates-per-layer")
 
 
 def build_causal_lm(n_layers: int):
@@ -264,10 +257,8 @@ _UNMEASURED = {"quant_accuracy": {"max_mean_abs_diff": 1e6, "max_abs_diff": 1e6,
 
 def _with_per_head_present_v(case: Case) -> Case:
     """The decode layer (unrolled layout) with SmolLM2's 3 KV heads: the per-head present-V finding
-    (cases/_shared_diagnoses.py) beside the tiny case's expectation."""
-    base = case.expected_failures["qparam_consistency"]
-    expected = Expected(base.reason + "; " + PRESENT_V_PER_HEAD_REASON,
-                        problems=tuple(base.problems) + (PRESENT_V_PER_HEAD_PATTERN,))
+    beside the tiny case's expectation."""
+    expected = case.expected_failures["qparam_consistency"] + PRESENT_V_PER_HEAD
     return dataclasses.replace(case, expected_failures={**case.expected_failures, "qparam_consistency": expected})
 
 
@@ -323,9 +314,7 @@ CASES = [
                           "*.self_attn.wrapped.obs_new_k": _NO_CACHE, "*.self_attn.wrapped.obs_new_v": _NO_CACHE},
         expected_failures={
             "no_side_effects": _TEMPLATE_COPIES,
-            "export_contract": llama.calib_mode_adapter(
-                "QuantLlamaForCausalLM.as_export_module builds its prefill adapter in any mode, CALIB included "
-                "(llama/quant_model_for_causal_lm.py:290-299 checks only the mode name)"),
+            "export_contract": expect("export-adapter-accepts-calib"),
             "qparam_consistency": replaced_qparams(embedding=True, llama_residual=True),
         },
         **_REAL,

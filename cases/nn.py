@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from cases._shared_diagnoses import replaced_qparams, with_expected
-from harness import Built, Case, CaseInputs, Expected, Sample, Sweep, whole_module_export
+from harness import Built, Case, CaseInputs, Sample, Sweep, whole_module_export
+from harness.findings import expect, expect_on
 
 
 def _inputs(make, calibration: int, evaluation=None) -> CaseInputs:
@@ -44,21 +45,6 @@ def linear_policy(profile: str, policy: str = "uint8"):
     raise ValueError(f"unknown dtype policy {policy!r}")
 
 
-_U8_IN_I16_OUT = (
-    "an int16 output observer after uint8 input and weight: tico's InsertQuantizeOnDtypeMismatch gives the "
-    "FULLY_CONNECTED a uint8 output whose range is the int16 range +-32767 * scale (_i16_to_u8, "
-    "quantization/passes/insert_quantize_on_dtype_mismatch.py:53-70, applied at :162-171, where tico notes it "
-    "'would severely degrade accuracy') and requantizes that to int16 after it: Circle's output is on a uint8 grid "
-    "2 * 32767 / 255 (about 257) times coarser than the int16 step torch applies"
-)
-
-_PER_TENSOR_BIAS = (
-    "tico's QuantizeBias asserts one weight scale per bias element (quantization/passes/quantize_bias.py:127), "
-    "i.e. per-channel weight qparams; a per-tensor weight, which PTQConfig accepts as an override and QuantLinear "
-    "applies, with a bias aborts the Circle conversion with a bare AssertionError, although the bias scale "
-    "i_scale * w_scale it computes next (:129) would broadcast one weight scale"
-)
-
 # QuantLinear (nn/quant_linear.py) takes its observers' dtype and qscheme from the PTQConfig with
 # the precedence of QuantModuleBase._make_obs (quant_module_base.py:163-213): an explicit override,
 # then the wrapper's default (per-channel weight, :40-42), then the role's spec; the bias is added
@@ -70,18 +56,9 @@ LINEAR_SWEEP = Sweep(
     pr="each",
     nightly="all",
     overrides={"policy=per_tensor_weight,bias=True": {"expected_failures": {
-        check: Expected(_PER_TENSOR_BIAS, problems=(r"^stage 'circle_convert' failed: AssertionError: ?$",))
-        for check in ("circle_replay", "qparam_audit", "qparam_consistency")}},
-        "policy=act_out_int16": {"expected_failures": {
-        "circle_replay": Expected(_U8_IN_I16_OUT, problems=(
-            r"^Circle FAKE_QUANTIZE (max|mean) \|diff\| in steps \S+ exceeds threshold \S+$",)),
-        "qparam_consistency": Expected(_U8_IN_I16_OUT, problems=(
-            r"^tensor linear \(tico/quantization/wrapq/wrappers/nn/quant_linear\.py:60, wrapped\.obs_act_out\): torch "
-            r"fake-quantizes it with scale \S+ zp 0, the Circle model holds scale \S+ zp \d+ \(replaced by a later "
-            r"conversion step\)$",
-            r"^tensor linear \(tico/quantization/wrapq/wrappers/nn/quant_linear\.py:60, wrapped\.obs_act_out\): the "
-            r"Circle model holds scale \S+ zp \d+, the qparams of no fake-quant torch applied",)),
-    }}},
+        check: expect("quantize-bias-per-tensor-assert") for check in ("circle_replay", "qparam_audit", "qparam_consistency")}},
+        "policy=act_out_int16": {"expected_failures": expect_on(("circle_replay", "qparam_consistency"),
+                                                                "int16-output-after-uint8")}},
 )
 
 
@@ -167,11 +144,7 @@ CASES = [
              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
          },
          export=whole_module_export(),
-         expected_failures={"qparam_audit": Expected(
-             "QuantConv3dDecomposed adds the bias as a float constant (bias.reshape(1, C_out, 1, 1), "
-             "quant_conv3d_decomposed.py) with no qparam in the exported graph",
-             problems=(r"^node _prop_tensor_constant\d+ \(_prop_tensor_constant\d+, \d+ users\) has no qparam: "
-                       r".*quant_conv3d_decomposed\.py.* bias_reshaped = self\.module\.bias\.reshape",))},
+         expected_failures={"qparam_audit": expect("conv3d-decomposed-float-bias")},
          **_LEAF),
     Case(name="nn_conv3d_special_case", build=build_conv3d_patch, seed=123, expected_wrapper="QuantConv3dDecomposed",
          settings={

@@ -17,7 +17,6 @@ from harness import (
     Built,
     Case,
     CaseInputs,
-    Expected,
     ExportCapability,
     RotaryCapability,
     RotaryTables,
@@ -39,7 +38,8 @@ from cases._qwen3_vl_common import (
     vision_config,
     vision_sample,
 )
-from cases._shared_diagnoses import QWEN3_VL_PATCH_EMBED_COPY, QWEN3_VL_PATCH_EMBED_REASON, replaced_qparams, with_expected
+from cases._shared_diagnoses import replaced_qparams, with_expected
+from harness.findings import expect
 
 STATIC = static.PROFILE
 # Fixed deployment grid for export and accuracy: temporal > 1 and height != width.
@@ -111,7 +111,7 @@ VISION_MODEL = Case(
     seed=123,
     expected_wrapper="QuantQwen3VLVisionModel",
     expected_observer_count=120,
-    expected_failures={"no_side_effects": Expected(QWEN3_VL_PATCH_EMBED_REASON, problems=(QWEN3_VL_PATCH_EMBED_COPY,)),
+    expected_failures={"no_side_effects": expect("qwen3-vl-patch-embed-copy"),
                        "qparam_consistency": replaced_qparams()},
     requires=QWEN3_VL_REQUIRES,
     output=pooled_output,

@@ -21,17 +21,16 @@ from harness import (
     Built,
     Case,
     CaseInputs,
-    Expected,
     ExportCapability,
     MaskCapability,
     MaskProbe,
     RotaryCapability,
     RotaryTables,
     Sample,
-    calib_mode_adapter,
 )
 from harness import first_call_kwarg
 from harness import unwrap
+from harness.findings import expect
 from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import MASK_ADD_GAIN, MASK_TEMPLATE_PER_LAYER, vision_and_mask_copies, replaced_qparams, with_expected
 
@@ -440,10 +439,7 @@ _FUSED_SCALE = (
     "runtime logit-scale observers are used only with scale_fusion='none'"
 )
 _ATTN_UNUSED = {"obs_logits_raw": _FUSED_SCALE, "obs_scale": _FUSED_SCALE}
-_NO_CALIB_GUARD = calib_mode_adapter(
-    "the Qwen3-VL text attention and decoder-layer wrappers build their export adapters in any mode, "
-    "CALIB included (the Qwen3-VL vision model wrapper refuses outside NO_QUANT/QUANT)"
-)
+_NO_CALIB_GUARD = expect("export-adapter-accepts-calib")
 
 
 _NO_PAST = "TICO's text-model input runs without a cache (use_cache=False): no past key/value is fed"
@@ -486,15 +482,7 @@ _MM_EXPORT = ExportCapability(
     args=lambda s: tuple(s.kwargs[k] for k in _MM_TENSOR_INPUTS),
     refuses_calib=False,
 )
-_MM_EXPORT_FAILS = Expected(
-    "whole-model torch.export of the quantized model, as TICO's smoke case exports it (it marks the model "
-    "Circle-exportable), fails on tico 0.3.0: the vision tower's eager path derives positions from grid_thw "
-    "values (torch.linspace(0, n-1, h) in QuantQwen3VLVisionModel._fast_pos_embed_interpolate, "
-    "qwen_vl/quant_vision_model.py) and torch.export cannot specialize the data-dependent length. tico "
-    "exports the multimodal model piecewise instead (vision fixed-grid adapter, decoder layers; each part "
-    "has its own case)",
-    problems=(r"^stage '\S+' failed: \S+: Could not extract specialized integer from data-dependent expression",),
-)
+_MM_EXPORT_FAILS = expect("qwen3-vl-model-export-data-dependent")
 _MM_NO_EXPORT = {check: _MM_EXPORT_FAILS for check in ("torch_export", "circle_replay", "qparam_audit", "qparam_consistency",
                                                            "export_contract")}
 

@@ -21,7 +21,8 @@ from harness import sweep
 from harness.case import Case, CaseDefinitionError
 from harness.check_settings import validate as validate_settings
 from harness.checks.base import Check, CheckResult
-from harness.expectations import judge
+from harness.expectations import Judgement, judge
+from harness import findings as findings_data
 from harness.overhead import overhead
 from harness.stage_engine import StageError
 from harness.results import jsonable
@@ -78,6 +79,11 @@ class CaseFile(pytest.File):
                     error = CaseDefinitionError(case.name, field_name, f"names no check: {', '.join(unknown)} "
                                                 f"(checks: {', '.join(sorted(names))})")
                     yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.{field_name}>", error=error)
+            for check_name, expectation in case.expected_failures.items():
+                for message in findings_data.definition_errors(check_name, expectation):
+                    error = CaseDefinitionError(case.name, f"expected_failures[{check_name!r}]", message)
+                    yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.expected_failures>",
+                                                          error=error)
             settings_errors = validate_settings(case, checks)
             for error in settings_errors:
                 yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.{error.field_name}>",
@@ -147,6 +153,13 @@ def stage_problem(err: StageError) -> str:
     """A failed stage as one problem line, for expectations: "stage 'torch_export' failed: Type: first line"."""
     first = err.error_text.strip().splitlines()[0] if err.error_text.strip() else ""
     return f"stage '{err.stage}' failed: {err.error_type}: {first}"
+
+
+def _xfail_line(judgement: Judgement) -> str:
+    """An expected failure in one line: the findings that occur (a case's own diagnosis by its text)."""
+    named = [label for label, status in judgement.parts.items() if status != "fixed"]
+    return "expected: " + ", ".join(named) + (" (python -m harness findings)" if any(
+        label.startswith("finding ") for label in named) else "")
 
 
 class CheckFailed(Exception):
@@ -226,22 +239,29 @@ class CheckItem(pytest.Item):
             pipeline.guard_end()
             self._record(stage_error={"stage": err.stage, "type": err.error_type, "message": err.error_text},
                          stage_timings=dict(pipeline.timings), check_seconds=time.perf_counter() - start)
-            expectation = self.case.expected_failures_for(self.profile).get(self.check.name)
             # A stage that fails exactly as diagnosed (e.g. torch.export refusing a data-dependent
             # op) is an expected failure too; any other stage failure stays a failure.
-            judgement = judge(expectation, [stage_problem(err)]) if expectation else None
+            judgement = self._judge([stage_problem(err)])
             if judgement and judgement.expected:
-                pytest.xfail(judgement.message)
+                self._record(notes=[f"expected failure: {judgement.message}"])
+                pytest.xfail(_xfail_line(judgement))
+            similar = findings_data.looks_like(self.check.name, stage_problem(err))
+            if similar:
+                self._record(looks_like=list(similar))
             raise
         mutated = pipeline.guard_end()
         if mutated:
             result.fail(f"check mutated shared pipeline artifacts: {', '.join(mutated[:5])}")
-        expectation = self.case.expected_failures_for(self.profile).get(self.check.name)
-        judgement = judge(expectation, result.problems) if expectation else None
-        if judgement and not judgement.expected:
+        self._set_aside_stale_allowlists(result)
+        judgement = self._judge(result.problems)
+        if judgement and judgement.verdict == "failed":
             result.problems.insert(0, judgement.message)
+        elif judgement and judgement.verdict == "fixed":
+            result.notes.append(judgement.message)
         elif judgement:
             result.notes.append(f"expected failure: {judgement.message}")
+        elif result.problems:
+            self._name_similar_findings(result)
         self._record(
             metrics=result.metrics,
             problems=result.problems,
@@ -251,10 +271,41 @@ class CheckItem(pytest.Item):
             check_seconds=time.perf_counter() - start,
         )
         if judgement and judgement.expected:
-            # Exactly the diagnosed failure: expected, with this run's problem lines.
-            pytest.xfail(judgement.message)
+            # Exactly the diagnosed failure: expected. Its problem lines are in the record's notes;
+            # the terminal gets one line (the findings section says the rest once per finding).
+            pytest.xfail(_xfail_line(judgement))
         if not result.passed:
             raise CheckFailed(result)
+
+    def _judge(self, problems: list[str]) -> Judgement | None:
+        """The case's expectation for this check judged against ``problems`` (None: it declares none);
+        strict on the tico the findings were recorded for (harness/findings.py)."""
+        expectation = self.case.expected_failures_for(self.profile).get(self.check.name)
+        if expectation is None:
+            return None
+        judgement = judge(expectation, problems, strict=state_of(self.config).findings_strict,
+                          looks_like=lambda line: findings_data.looks_like(self.check.name, line))
+        self._record(findings={label.removeprefix("finding "): status for label, status in judgement.parts.items()})
+        return judgement
+
+    def _set_aside_stale_allowlists(self, result: CheckResult) -> None:
+        """On a tico other than the recorded one, an allow-list entry naming what that tico no longer
+        has (a renamed observer, a fed one) is reported as stale there, not as a failure."""
+        if state_of(self.config).findings_strict:
+            return
+        stale = [p for p in result.problems if p.endswith("(stale allowlist)")]
+        if stale:
+            result.problems[:] = [p for p in result.problems if p not in stale]
+            result.notes += [f"stale on this tico: {line}" for line in stale]
+            self._record(stale_allowlist=stale)
+
+    def _name_similar_findings(self, result: CheckResult) -> None:
+        """A failure on a case that declares no expectation: name the known findings it resembles."""
+        similar = {fid for line in result.problems for fid in findings_data.looks_like(self.check.name, line)}
+        if similar:
+            result.problems.append(f"looks like finding {', '.join(sorted(similar))}, which this case does not "
+                                   f"declare (python -m harness findings)")
+            self._record(looks_like=sorted(similar))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style=None) -> str:
         err = excinfo.value

@@ -29,6 +29,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "none (each case as declared only)",
     )
     group.addoption(
+        "--strict-findings",
+        dest="wrapq_strict_findings",
+        action="store_true",
+        default=False,
+        help="judge expectations strictly on any tico: a finding that no longer occurs fails (default: strict only "
+        "on the tico findings/tico.toml was recorded for; elsewhere it is reported fixed)",
+    )
+    group.addoption(
         "--wrapq-report-dir",
         dest="wrapq_report_dir",
         default=None,

@@ -96,6 +96,7 @@ class RunSink:
 
         terminalreporter.section("wrapq summary")
         terminalreporter.write_line(render_summary_table(self.collector.records, describe_checks(self.state.checks)))
+        self._write_findings(terminalreporter)
         if self.drift_moves is not None:
             terminalreporter.section("wrapq drift")
             terminalreporter.write_line(render_drift_table(self.collector.records, self.drift_moves))
@@ -114,6 +115,24 @@ class RunSink:
                 terminalreporter.write_line(f"  {stem}")
         terminalreporter.write_line(f"results: {self.report_dir / 'results.json'}  report: {self.report_dir / 'report.html'}")
 
+    def _write_findings(self, terminalreporter) -> None:
+        from harness.finding_status import render_lines, summarize
+        from harness.tico_identity import describe, identity
+
+        summary = summarize(self.collector.records.values())
+        from harness.findings import recorded_here
+
+        if recorded_here():
+            mode = "strictly: the tico findings/tico.toml was recorded on"
+        elif self.state.findings_strict:
+            mode = "strictly (--strict-findings) on a tico other than the recorded one"
+        else:
+            mode = "for review: another tico than the recorded one, so a finding that no longer occurs is fixed"
+        terminalreporter.section("wrapq findings")
+        terminalreporter.write_line(f"{describe(identity())}; expectations judged {mode}")
+        for line in render_lines(summary) or ["no finding occurred and no problem is unexplained"]:
+            terminalreporter.write_line(line)
+
     # -- writing ---------------------------------------------------------------------------
     def _promote_goldens(self) -> None:
         from harness import golden
@@ -129,7 +148,9 @@ class RunSink:
     def _write_reports(self, exitstatus: int) -> None:
         from harness.golden import golden_set_id
         from harness.platform_info import platform_record
+        from harness.finding_status import summarize
         from harness.report.html import write_report
+        from harness.tico_identity import identity
 
         workers = dict(self.workers) or {"main": self.process_stats()}
         if self.workers:
@@ -139,7 +160,9 @@ class RunSink:
         extra = {"golden_set": golden_set_id(self.state.pipelines.settings.golden_dir), "shard": self.shard_label,
                  "processes": workers, "checks": describe_checks(self.state.checks),
                  "goldens_rewritten": self.goldens_rewritten, "orphan_goldens": self.orphan_goldens,
-                 "platform": platform_record()}  # the testbed the history keys series by
+                 "platform": platform_record(),  # the testbed the history keys series by
+                 "tico": identity(), "findings_strict": self.state.findings_strict,
+                 **summarize(self.collector.records.values())}
         if self.drift_moves is not None:
             for record in self.collector.records.values():
                 label_record(record, self.drift_moves)

@@ -47,6 +47,17 @@ class SessionState:
         # case names the case files define (collected in this process), for orphan goldens
         self.case_names: set[str] = set()
         self.rss_after_group: dict[str, float] = {}
+        self._findings_strict: bool | None = None
+
+    @property
+    def findings_strict(self) -> bool:
+        """Expectations are strict on the tico the findings were recorded for, or with --strict-findings;
+        on any other tico a finding that no longer occurs is reported fixed (harness/findings.py)."""
+        if self._findings_strict is None:
+            from harness.findings import recorded_here
+
+            self._findings_strict = bool(self.config.getoption("wrapq_strict_findings")) or recorded_here()
+        return self._findings_strict
 
     def wants(self, case: Case, profile: str) -> bool:
         return "all" in self.profiles or profile in self.profiles

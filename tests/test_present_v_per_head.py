@@ -1,5 +1,5 @@
-"""The per-head present-V finding of the Llama decode layer (cases/_shared_diagnoses.py,
-PRESENT_V_PER_HEAD_REASON), reproduced without the real checkpoint: the tiny decode layer with two
+"""The per-head present-V finding of the Llama decode layer (findings/tico.toml,
+finding present-v-per-head-slice), reproduced without the real checkpoint: the tiny decode layer with two
 KV heads instead of one shows it, one KV head does not, and the smallest change that removes it is
 a SLICE rule in tico's PropagateQParamBackward (the concatenation's qparams then reach the v
 projection, the new-K/V replacement the tiny case already expects)."""
@@ -13,7 +13,9 @@ import re
 import pytest
 import torch
 
-from cases._shared_diagnoses import PRESENT_V_PER_HEAD_PATTERN
+from cases._shared_diagnoses import PRESENT_V_PER_HEAD
+
+PRESENT_V_PER_HEAD_PATTERN = PRESENT_V_PER_HEAD.problems[0]
 from harness import Built, CaseInputs
 from tests.helpers import run_check
 

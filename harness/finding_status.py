@@ -1,0 +1,112 @@
+"""What a run says about tico's findings: each one open, fixed or new, where it was seen, and the
+problems no finding explains. Read from the item records (``findings``, ``looks_like``), so the
+same function serves the terminal, results.json, the report, ``python -m harness findings`` and
+``compare`` between two runs."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Iterable
+
+from harness.findings import FindingsError, registry
+
+OPEN, FIXED, NEW = "open", "fixed", "new"
+_FAILED = ("failed", "error", "crashed")
+
+
+def _where(record: dict[str, Any]) -> str:
+    return f"{record.get('case')}[{record.get('profile')}]::{record.get('check')}"
+
+
+def reproduce_command(nodeid: str) -> str:
+    return f"./scripts/env.sh pytest {shlex.quote(nodeid)}"
+
+
+def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """``{"findings": [...], "new_problems": [...]}`` for one run's item records."""
+    seen: dict[str, dict[str, Any]] = {}
+    new_problems = []
+
+    def entry(fid: str) -> dict[str, Any]:
+        if fid not in seen:
+            try:
+                title = registry().get(fid).title
+            except FindingsError:
+                title = "(not in findings/tico.toml)"
+            seen[fid] = {"id": fid, "title": title, "occurs": [], "partly_fixed": [], "fixed": [], "undeclared": [],
+                         "reproduce": None}
+        return seen[fid]
+
+    for record in records:
+        for fid, status in (record.get("findings") or {}).items():
+            if fid == "the case's own diagnosis":
+                continue
+            item = entry(fid)
+            key = {"occurs": "occurs", "changed": "partly_fixed", "fixed": "fixed"}[status]
+            item[key].append(_where(record))
+            if status != "fixed" and item["reproduce"] is None and record.get("nodeid"):
+                item["reproduce"] = reproduce_command(record["nodeid"])
+        if record.get("outcome") in _FAILED:
+            similar = record.get("looks_like") or []
+            for fid in similar:
+                item = entry(fid)
+                item["undeclared"].append(_where(record))
+                if item["reproduce"] is None and record.get("nodeid"):
+                    item["reproduce"] = reproduce_command(record["nodeid"])
+            if not similar:
+                problems = record.get("problems") or []
+                stage = record.get("stage_error") or {}
+                first = problems[0] if problems else (f"stage '{stage.get('stage')}' failed: {stage.get('type')}"
+                                                      if stage else (record.get("message") or "").splitlines()[:1])
+                new_problems.append({"where": _where(record), "nodeid": record.get("nodeid"),
+                                     "problem": first if isinstance(first, str) else " ".join(first)})
+    findings = []
+    for item in seen.values():
+        if item["occurs"] or item["partly_fixed"]:
+            item["status"] = OPEN
+        elif item["fixed"]:
+            item["status"] = FIXED
+        else:
+            item["status"] = NEW
+        findings.append(item)
+    order = {NEW: 0, OPEN: 1, FIXED: 2}
+    findings.sort(key=lambda f: (order[f["status"]], f["id"]))
+    return {"findings": findings, "new_problems": new_problems}
+
+
+def render_lines(summary: dict[str, Any], width: int = 118) -> list[str]:
+    """One line per finding (and per new problem), for the terminal."""
+    lines = []
+    for item in summary["findings"]:
+        counts = f"{len(item['occurs'])} item(s)"
+        if item["status"] == FIXED:
+            counts = f"fixed on {len(item['fixed'])} item(s): remove it from those cases' expected_failures"
+        elif item["partly_fixed"]:
+            counts += f", partly fixed on {len(item['partly_fixed'])}"
+        if item["undeclared"]:
+            counts += f"; on {len(item['undeclared'])} item(s) that do not declare it (red)"
+        line = f"{item['status']:<6} {item['id']}: {item['title']} -- {counts}"
+        lines.append(line if len(line) <= width else line[: width - 3] + "...")
+    for problem in summary["new_problems"]:
+        line = f"new    {problem['where']}: {problem['problem']}"
+        lines.append(line if len(line) <= width else line[: width - 3] + "...")
+    return lines
+
+
+def compare(base: dict[str, Any], head: dict[str, Any]) -> list[dict[str, str]]:
+    """Per finding: what the head run changed relative to the base run ('fixed', 'new', 'still open', ...)."""
+    before = {f["id"]: f["status"] for f in base.get("findings", [])}
+    after = {f["id"]: f["status"] for f in head.get("findings", [])}
+    rows = []
+    for fid in sorted(set(before) | set(after)):
+        b, a = before.get(fid, "absent"), after.get(fid, "absent")
+        if b == a:
+            change = f"still {a}"
+        elif a == FIXED or (b in (OPEN, NEW) and a == "absent"):
+            change = "fixed"
+        elif a in (OPEN, NEW) and b in ("absent", FIXED):
+            change = "new" if b == "absent" else "came back"
+        else:
+            change = f"{b} -> {a}"
+        rows.append({"id": fid, "base": b, "head": a, "change": change})
+    return rows
