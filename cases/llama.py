@@ -496,10 +496,10 @@ def _layer_decode_sample(config, filled: int) -> Sample:
     )
 
 
-def build_decoder_layer_decode(profile: str) -> Built:
+def build_decoder_layer_decode(profile: str, kv_heads: int = 1) -> Built:
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
-    config = llama_config(profile)
+    config = llama_config(profile, kv_heads=kv_heads) if profile == "tiny" else llama_config(profile)
     module = LlamaDecoderLayer(config, layer_idx=0)
     slots = window(profile)
     # filled slots at the tiny window's fractions (15, 11, 6, 2 of 16; the default sample 9 of 16)
@@ -625,6 +625,14 @@ CASES.append(
         expected_failures={"export_contract": _NO_CALIB_GUARD_DECODE, "no_side_effects": MASK_TEMPLATE_PER_LAYER},
         rotary=RotaryCapability(tables=_layer_decode_rotary),
         mask=MaskCapability(probes=_layer_decode_masks),
+        # Two K/V heads put the unrolled attention's per-head V selection in front of the present-V
+        # concatenation (finding present-v-per-head-slice), which one K/V head never shows.
+        sweep=Sweep(axes={"kv_heads": (1, 2)},
+                    why={"kv_heads": "the unrolled layout selects each K/V head's new V before concatenating it"},
+                    pr="each", nightly="each", profiles=("tiny",),
+                    overrides={"kv_heads=2": {"expected_failures": {"qparam_consistency": replaced_qparams(
+                        kv_present=True, llama_residual=True) + PRESENT_V_PER_HEAD,
+                        "attribution": expect("mask-add-shared-observer")}}}),
     )
 )
 

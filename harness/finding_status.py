@@ -18,12 +18,14 @@ def _where(record: dict[str, Any]) -> str:
     return f"{record.get('case')}[{record.get('profile')}]::{record.get('check')}"
 
 
-def reproduce_command(nodeid: str) -> str:
-    return f"./scripts/env.sh pytest {shlex.quote(nodeid)}"
+def reproduce_command(nodeid: str, tico: str | None = None) -> str:
+    prefix = f"WRAPQ_TICO={shlex.quote(tico)} " if tico else ""
+    return f"{prefix}./scripts/env.sh pytest {shlex.quote(nodeid)}"
 
 
-def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """``{"findings": [...], "new_problems": [...]}`` for one run's item records."""
+def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dict[str, Any]:
+    """``{"findings": [...], "new_problems": [...]}`` for one run's item records; ``tico``: the
+    WRAPQ_TICO the run was given, for the commands that reproduce each finding."""
     seen: dict[str, dict[str, Any]] = {}
     new_problems = []
 
@@ -45,14 +47,14 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
             key = {"occurs": "occurs", "changed": "partly_fixed", "fixed": "fixed"}[status]
             item[key].append(_where(record))
             if status != "fixed" and item["reproduce"] is None and record.get("nodeid"):
-                item["reproduce"] = reproduce_command(record["nodeid"])
+                item["reproduce"] = reproduce_command(record["nodeid"], tico)
         if record.get("outcome") in _FAILED:
             similar = record.get("looks_like") or []
             for fid in similar:
                 item = entry(fid)
                 item["undeclared"].append(_where(record))
                 if item["reproduce"] is None and record.get("nodeid"):
-                    item["reproduce"] = reproduce_command(record["nodeid"])
+                    item["reproduce"] = reproduce_command(record["nodeid"], tico)
             if not similar:
                 problems = record.get("problems") or []
                 stage = record.get("stage_error") or {}
@@ -78,12 +80,14 @@ def render_lines(summary: dict[str, Any], width: int = 118) -> list[str]:
     """One line per finding (and per new problem), for the terminal."""
     lines = []
     for item in summary["findings"]:
-        counts = f"{len(item['occurs'])} item(s)"
-        if item["status"] == FIXED:
-            counts = f"fixed on {len(item['fixed'])} item(s): remove it from those cases' expected_failures"
+        counts = f"{len(item['occurs']) + len(item['partly_fixed'])} item(s)"
+        if item["status"] == NEW:
+            counts = f"on {len(item['undeclared'])} item(s) that do not declare it (red)"
+        elif item["status"] == FIXED:
+            counts = f"fixed on {len(item['fixed'])} item(s): python -m harness findings"
         elif item["partly_fixed"]:
             counts += f", partly fixed on {len(item['partly_fixed'])}"
-        if item["undeclared"]:
+        if item["undeclared"] and item["status"] != NEW:
             counts += f"; on {len(item['undeclared'])} item(s) that do not declare it (red)"
         line = f"{item['status']:<6} {item['id']}: {item['title']} -- {counts}"
         lines.append(line if len(line) <= width else line[: width - 3] + "...")

@@ -264,7 +264,8 @@ def compare(base: dict[str, Any], head: dict[str, Any], *, margin: float = 0.1, 
     validate(head, "head")
     if margin < 0 or abs_floor < 0:
         raise CompareError(f"margin and absolute floor must be >= 0 (got {margin}, {abs_floor})")
-    diffs = version_differences(base, head)
+    # The tico under review is what a pull request changes: a tico version difference is compared.
+    diffs = [d for d in version_differences(base, head) if d[0] != "tico"]
     if diffs and not allow_version_mismatch:
         raise CompareError(f"refusing to compare runs on different pinned stacks: {describe_versions(diffs)} "
                            f"(base -> head); their numbers differ for reasons no commit made. Rerun both on one "
@@ -348,6 +349,11 @@ def header_lines(cmp: Comparison) -> list[str]:
         versions = cmp.head_run.get("versions") or {}
         pinned = ", ".join(f"{k} {versions[k]}" for k in ("torch", "transformers", "tico") if versions.get(k))
         lines.append(f"same stack: {pinned or 'versions not recorded'}")
+    tico_base, tico_head = ((run.get("tico") or {}) for run in (cmp.base_run, cmp.head_run))
+    if tico_base.get("source_sha256") != tico_head.get("source_sha256"):
+        from harness.tico_identity import describe
+
+        lines.append(f"tico under review: {describe(tico_head)}; base: {describe(tico_base)}")
     lines.append(f"{cmp.items_both} items in both runs ({cmp.items_base} in base, {cmp.items_head} in head); "
                  f"{len(cmp.verdicts)} verdict change(s), {len(cmp.metrics)} metric move(s) beyond "
                  f"{cmp.margin:.0%} (declared direction)")
@@ -370,7 +376,18 @@ def render_text(cmp: Comparison) -> str:
                            tablefmt="simple", disable_numparse=True)]
     if not cmp.verdicts and not cmp.metrics:
         parts += ["", "no item changed verdict and no declared metric moved beyond the margin"]
+    parts += finding_lines(cmp)
     return "\n".join(parts)
+
+
+def finding_lines(cmp: Comparison) -> list[str]:
+    """What the head run's tico fixed, broke or left as it was, one line per finding."""
+    from harness.finding_status import compare as compare_findings
+
+    rows = [row for row in compare_findings(cmp.base_run, cmp.head_run) if not row["change"].startswith("still")]
+    if not rows:
+        return []
+    return ["", "findings:"] + [f"  {row['change']:<10} {row['id']} ({row['base']} -> {row['head']})" for row in rows]
 
 
 def _md_text(value: Any) -> str:

@@ -119,7 +119,7 @@ class RunSink:
         from harness.finding_status import render_lines, summarize
         from harness.tico_identity import describe, identity
 
-        summary = summarize(self.collector.records.values())
+        summary = summarize(self.collector.records.values(), identity().get("requested"))
         from harness.findings import recorded_here
 
         if recorded_here():
@@ -162,7 +162,7 @@ class RunSink:
                  "goldens_rewritten": self.goldens_rewritten, "orphan_goldens": self.orphan_goldens,
                  "platform": platform_record(),  # the testbed the history keys series by
                  "tico": identity(), "findings_strict": self.state.findings_strict,
-                 **summarize(self.collector.records.values())}
+                 **summarize(self.collector.records.values(), identity().get("requested"))}
         if self.drift_moves is not None:
             for record in self.collector.records.values():
                 label_record(record, self.drift_moves)

@@ -1,0 +1,113 @@
+"""``python -m harness findings [results.json]``: tico's findings, and what a run saw of them.
+
+Without a results file (or with ``--registry``), lists every finding of ``findings/tico.toml``:
+id, title, the checks it has patterns for, and the cases that declare it. With one (default
+``reports/results.json`` when it exists), each finding's status in that run -- open, fixed or new --
+with where it was seen and the command that reproduces it, then the problems no finding explains.
+``--id ID`` prints one finding whole (cause, symbols, patterns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+HELP = "tico's findings (findings/tico.toml) and their status in a run: open, fixed or new"
+
+
+def _declared_by() -> dict[str, list[str]]:
+    """finding id -> 'case:check' for every collected case (profiles and sweep variants included)."""
+    from harness import sweep
+    from harness.catalog import add_configured_import_roots, load_cases
+
+    add_configured_import_roots()
+    out: dict[str, set[str]] = {}
+    for _, case in load_cases():
+        variants = [case]
+        if case.sweep is not None:
+            for profile in case.profiles:
+                variants += list(sweep.iter_selected(case, profile, "nightly"))
+        for variant in variants:
+            for profile in variant.profiles:
+                for check, expectation in variant.expected_failures_for(profile).items():
+                    for fid in expectation.findings:
+                        out.setdefault(fid, set()).add(f"{variant.name}:{check}")
+    return {fid: sorted(where) for fid, where in out.items()}
+
+
+def _print_registry() -> None:
+    from harness.findings import registry
+
+    reg = registry()
+    declared = _declared_by()
+    print(f"{len(reg.findings)} findings recorded on tico {reg.recorded_version} "
+          f"(sources {reg.recorded_sources[:12]}):")
+    for finding in reg.findings.values():
+        cases = sorted({where.split(":")[0] for where in declared.get(finding.id, [])})
+        print(f"  {finding.id}: {finding.title}")
+        print(f"      checks: {', '.join(finding.checks)}; declared by {len(cases)} case(s)"
+              + (f": {', '.join(cases[:4])}{', ...' if len(cases) > 4 else ''}" if cases else ""))
+
+
+def _print_one(fid: str) -> int:
+    from harness.findings import FindingsError, registry
+
+    try:
+        finding = registry().get(fid)
+    except FindingsError as exc:
+        print(f"findings: {exc}", file=sys.stderr)
+        return 2
+    print(f"{finding.id}: {finding.title}\n")
+    print(textwrap.fill(finding.cause, 100))
+    print(f"\nsymbols: {', '.join(finding.symbols)}")
+    for check, patterns in finding.patterns.items():
+        for pattern in patterns:
+            print(f"pattern [{check}]: {pattern}")
+    print("\ndeclared by:")
+    for where in _declared_by().get(fid, []):
+        print(f"  {where}")
+    return 0
+
+
+def _print_run(doc: dict) -> int:
+    from harness.finding_status import render_lines, summarize
+    from harness.tico_identity import describe
+
+    run = doc.get("run") or {}
+    summary = {"findings": run["findings"], "new_problems": run.get("new_problems", [])} if "findings" in run \
+        else summarize(doc.get("results", []))
+    print(f"{describe(run.get('tico') or {})}")
+    lines = render_lines(summary, width=10_000)
+    print("\n".join(lines) if lines else "no finding occurred and no problem is unexplained")
+    for item in summary["findings"]:
+        if item.get("reproduce"):
+            print(f"  {item['id']}: {item['reproduce']}")
+        if item["status"] == "fixed":
+            for where in item["fixed"]:
+                print(f"  {item['id']} fixed on {where}: remove it from that case's expected_failures")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness findings", description=__doc__.splitlines()[0])
+    p.add_argument("results", nargs="?", type=Path, help="a results.json (default: reports/results.json if present)")
+    p.add_argument("--registry", action="store_true", help="list the recorded findings, ignoring any run")
+    p.add_argument("--id", help="print one finding whole")
+    args = p.parse_args(argv)
+    if args.id:
+        return _print_one(args.id)
+    path = args.results or Path("reports/results.json")
+    if args.registry or (args.results is None and not path.exists()):
+        _print_registry()
+        return 0
+    if path.is_dir():
+        path = path / "results.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"findings: cannot read {path}: {exc}", file=sys.stderr)
+        return 2
+    return _print_run(doc)
