@@ -1,0 +1,190 @@
+"""tico's findings as data (findings/tico.toml): every case expectation names findings by id, no
+pattern depends on a line number or an install path, and a finding that no longer occurs is an
+error on the recorded tico and good news on any other."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import textwrap
+
+import pytest
+
+from harness import Expected, sweep
+from harness.catalog import add_configured_import_roots, load_cases
+from harness.expectations import judge, matchable
+from harness.findings import (FINDINGS_FILE, FindingsError, definition_errors, expect, looks_like, parse, pattern_flaw,
+                              registry)
+from harness.tico_identity import package_dir, source_fingerprint
+
+
+def _in_tree_expectations():
+    """(case file, 'case[profile,variant]:check', Expected) over every profile and sweep variant."""
+    add_configured_import_roots()
+    for path, case in load_cases():
+        variants = [case]
+        if case.sweep is not None:
+            for profile in case.profiles:
+                variants += list(sweep.iter_selected(case, profile, "nightly"))
+        for variant in variants:
+            label = variant.variant.label if variant.variant else ""
+            for profile in variant.profiles:
+                for check, expectation in variant.expected_failures_for(profile).items():
+                    yield path, f"{variant.name}[{profile},{label}]:{check}", check, expectation
+
+
+def test_no_expectation_pattern_names_a_line_number_or_an_install_path():
+    flawed = [(where, pattern, pattern_flaw(pattern)) for _, where, _, expectation in _in_tree_expectations()
+              for pattern in expectation.problems if pattern_flaw(pattern)]
+    assert flawed == []
+
+
+def test_every_expectation_under_cases_names_registered_findings_for_its_check():
+    anonymous, wrong = [], []
+    for path, where, check, expectation in _in_tree_expectations():
+        if not str(path).startswith("cases/"):
+            continue  # an out-of-tree example diagnoses its own wrapper, not tico
+        if any(part.finding is None for part in expectation.parts):
+            anonymous.append(where)
+        wrong += [f"{where}: {e}" for e in definition_errors(check, expectation)]
+    assert anonymous == [] and wrong == []
+
+
+def test_every_recorded_finding_is_declared_by_a_case():
+    declared = {fid for _, _, _, expectation in _in_tree_expectations() for fid in expectation.findings}
+    assert set(registry().findings) - declared == set()
+
+
+@pytest.mark.skipif(bool(os.environ.get("WRAPQ_TICO")), reason="runs on a tico under review, not the pinned one")
+def test_the_recorded_fingerprint_is_the_pinned_ticos():
+    assert source_fingerprint(package_dir()) == registry().recorded_sources
+
+
+def test_the_fingerprint_ignores_where_tico_is_installed(tmp_path):
+    import shutil
+
+    shutil.copytree(package_dir(), tmp_path / "elsewhere" / "tico", ignore=shutil.ignore_patterns("__pycache__"))
+    assert source_fingerprint(tmp_path / "elsewhere" / "tico") == source_fingerprint(package_dir())
+    first = next((tmp_path / "elsewhere" / "tico").rglob("quant_linear.py"))
+    first.write_text("# one comment\n" + first.read_text())
+    assert source_fingerprint(tmp_path / "elsewhere" / "tico") != source_fingerprint(package_dir())
+
+
+@pytest.mark.parametrize("pattern, flaw", [
+    (r"^tensor add \(tico/quantization/wrapq/wrappers/llama/quant_decoder_layer\.py:359, aten", "a line number"),
+    (r"File .*quant_attention\.py, line 250, in forward", "a line number"),
+    (r"\(/usr/lib/python3/site-packages/tico/x\.py\)", "an install path"),
+])
+def test_the_data_refuses_patterns_that_break_on_a_refactor(pattern, flaw):
+    data = {"recorded": {"version": "0", "source_sha256": "x"},
+            "finding": [{"id": "some-finding", "title": "t", "cause": "c", "patterns": {"qparam_audit": [pattern]}}]}
+    with pytest.raises(FindingsError, match=flaw):
+        parse(data)
+
+
+def test_the_data_file_parses_and_ids_are_stable_words():
+    reg = registry(FINDINGS_FILE)
+    assert len(reg.findings) >= 20
+    assert all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", fid) for fid in reg.findings)
+
+
+def test_matchable_drops_install_prefixes_and_line_numbers_only():
+    line = ("tensor neg_1 (/x/venv/lib/python3.11/site-packages/tico/quantization/wrapq/wrappers/llama/"
+            "quant_attention.py:251, aten.neg.default): torch applies no fake-quant")
+    assert matchable(line) == ("tensor neg_1 (tico/quantization/wrapq/wrappers/llama/quant_attention.py, "
+                               "aten.neg.default): torch applies no fake-quant")
+    assert matchable('File "/src/TICO/tico/a/b.py", line 9, in fn') == 'File "tico/a/b.py", in fn'
+    assert matchable("scale 0.0131 zp 124 (range 0..255)") == "scale 0.0131 zp 124 (range 0..255)"
+
+
+# -- judging on the recorded tico and on another -----------------------------------------------
+
+TWO = Expected("a", problems=(r"^alpha \d+$",), finding="first") + Expected("b", problems=(r"^beta$",), finding="second")
+
+
+def test_strict_a_gone_finding_fails_review_reports_it_fixed():
+    strict = judge(TWO, ["alpha 1"], strict=True)
+    assert strict.verdict == "failed" and "no longer occur" in strict.message
+    review = judge(TWO, ["alpha 1"], strict=False)
+    assert review.verdict == "expected" and review.parts == {"finding first": "occurs", "finding second": "fixed"}
+    assert "no longer occurs on this tico: finding second" in review.message
+
+
+def test_review_every_finding_gone_passes_as_fixed():
+    verdict = judge(TWO, [], strict=False)
+    assert verdict.verdict == "fixed" and "remove it" in verdict.message
+
+
+def test_a_new_problem_is_red_on_any_tico_and_names_the_finding_it_looks_like():
+    for strict in (True, False):
+        verdict = judge(TWO, ["alpha 1", "beta", "gamma"], strict=strict, looks_like=lambda line: ("third",))
+        assert verdict.verdict == "failed" and "gamma [looks like finding third]" in verdict.message
+
+
+def test_a_partly_fixed_finding_is_not_red_for_review():
+    probes = expect("mask-fill-clamped-by-observer", check="mask_quant", probes=("dynamic:padded", "export:padded"))
+    lines = ["QUANT mask [dynamic:padded]: fill value -120.0 became 0 after fake-quant (observer clamps it)",
+             "QUANT mask [dynamic:padded]: a masked key keeps softmax weight 0.125 (limit 1e-06): padding leaks"]
+    assert judge(probes, lines, strict=True).verdict == "failed"
+    review = judge(probes, lines, strict=False)
+    assert review.verdict == "expected" and review.parts == {"finding mask-fill-clamped-by-observer": "changed"}
+
+
+def test_looks_like_names_a_known_finding_on_an_undeclared_case():
+    line = ("tensor add_3 (tico/quantization/wrapq/wrappers/llama/quant_decoder_layer.py:359, aten.add.Tensor): torch "
+            "fake-quantizes it only where wrapped.post_attention_layernorm.wrapped.obs_act_in reads it and add_4 "
+            "read(s) it in float; the Circle model quantizes it for every user with scale 0.03 zp 138 (the qparams of "
+            "wrapped.post_attention_layernorm.wrapped.obs_act_in, which FoldQuantOps folded onto it)")
+    assert looks_like("qparam_consistency", line) == ("llama-residual-float-add",)
+    assert looks_like("observer_use", line) == ()
+
+
+def test_expect_refuses_unknown_ids_and_ambiguous_checks():
+    with pytest.raises(FindingsError, match="unknown finding"):
+        expect("no-such-finding")
+    with pytest.raises(FindingsError, match="say check="):
+        expect("int16-output-after-uint8")
+    assert definition_errors("mask_fill", expect("export-adapter-accepts-calib"))
+
+
+# -- through pytest: review mode sets stale allow-lists aside, a fixed finding passes ------------
+
+CASES = '''
+import torch
+from harness import Built, Case, CaseInputs, Expected, Sample
+
+
+def build_linear(profile):
+    module = torch.nn.Linear(8, 4)
+    sample = lambda: Sample(args=(torch.rand(2, 8),))
+    return Built(module=module, inputs=CaseInputs(calibration=(sample(), sample()), evaluation={"default": sample()}))
+
+
+GONE = Expected("diagnosed on the recorded tico", problems=(r"PEIR \\S+ exceeds threshold",), finding="gone-finding")
+CASES = [
+    Case(name="fixed_here", family="toy", build=build_linear, expected_failures={"quant_accuracy": GONE}),
+    Case(name="stale_allowlist", family="toy", build=build_linear, unused_observers={"obs_renamed*": "by design"}),
+]
+'''
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded_tico", "other_tico"])
+def test_review_mode_through_pytest(pytester, recorded):
+    # The run stands in for one on another tico: its conftest says whether tico is the recorded one.
+    pytester.makeconftest(f"import harness.findings\nharness.findings.recorded_here = lambda: {recorded}\n")
+    pytester.makeini("[pytest]\ntestpaths = cases\nwrapq_cases_dir = cases\n")
+    (pytester.mkpydir("cases") / "toy.py").write_text(textwrap.dedent(CASES))
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "-k", "quant_accuracy or observer_use")
+    doc = json.loads((pytester.path / "reports" / "results.json").read_text())
+    outcomes = {f"{r['case']}::{r['check']}": r["outcome"] for r in doc["results"] if r["case"]}
+    if recorded:
+        assert outcomes == {"fixed_here::quant_accuracy": "failed", "fixed_here::observer_use": "passed",
+                            "stale_allowlist::quant_accuracy": "passed", "stale_allowlist::observer_use": "failed"}
+        return
+    assert set(outcomes.values()) == {"passed"}, outcomes
+    stale = next(r for r in doc["results"] if r["nodeid"].endswith("stale_allowlist[tiny]::observer_use"))
+    assert stale["stale_allowlist"] and "obs_renamed*" in stale["stale_allowlist"][0]
+    statuses = {f["id"]: f["status"] for f in doc["run"]["findings"]}
+    assert statuses == {"gone-finding": "fixed"}
+    assert "fixed  gone-finding" in result.stdout.str()

@@ -1,0 +1,126 @@
+"""The harness on real tico changes: modified copies of the installed tico imported first, as a
+TICO checkout under review is (scripts/env.sh's WRAPQ_TICO=<dir> puts the tree in front the same way).
+
+(a) behaviour-neutral: comment lines at the top of every file under tico/quantization, the whole
+    package at another path -> no failed item, every finding still open;
+(b) one finding fixed (a SLICE rule in PropagateQParamBackward) -> that finding fixed on exactly
+    its items, exit 0; with --strict-findings the same run is red;
+(c) a realistic regression (QuantLinear stops fake-quantizing its output) -> red, with the diagnosis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# Cases that declare findings on many checks, plus the decode layer whose kv_heads=2 variant shows
+# present-v-per-head-slice at tiny, plus nn_linear for the regression.
+SELECTION = "llama_attention_prefill or llama_decoder_layer_prefill or llama_decoder_layer_decode or nn_linear"
+
+
+def _installed_tico() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("tico")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _copy_tico(tmp_path: Path, name: str) -> Path:
+    tree = tmp_path / name
+    shutil.copytree(_installed_tico(), tree / "tico", ignore=shutil.ignore_patterns("__pycache__"))
+    return tree
+
+
+def _edit(tree: Path, relative: str, old: str, new: str) -> None:
+    path = tree / "tico" / relative
+    text = path.read_text()
+    assert text.count(old) == 1, f"{relative}: the edit's anchor must occur once"
+    path.write_text(text.replace(old, new))
+
+
+def _run(tree: Path, tmp_path: Path, *extra: str) -> tuple[int, dict, str]:
+    """The selection under pytest with ``tree`` first on the path; (exit code, results.json, output)."""
+    report = tmp_path / f"reports-{tree.name}-{len(extra)}"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]), WRAPQ_TICO=str(tree))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", SELECTION, "--no-circle-cache",
+           "--no-export-cache", f"--wrapq-report-dir={report}", *extra]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    results = json.loads((report / "results.json").read_text())
+    return done.returncode, results, done.stdout + done.stderr
+
+
+def _outcomes(results: dict) -> dict[str, str]:
+    return {r["nodeid"]: r["outcome"] for r in results["results"]}
+
+
+def _statuses(results: dict) -> dict[str, dict]:
+    return {f["id"]: f for f in results["run"]["findings"]}
+
+
+@pytest.fixture(scope="module")
+def pinned(tmp_path_factory):
+    """The selection on the installed (recorded) tico: the verdicts the other trees are read against."""
+    tmp = tmp_path_factory.mktemp("pinned")
+    tree = _copy_tico(tmp, "pinned_copy")  # identical sources: recorded, judged strictly
+    code, results, output = _run(tree, tmp)
+    assert code == 0, output[-3000:]
+    assert results["run"]["findings_strict"] is True
+    return results
+
+
+def test_a_behaviour_neutral_tree_changes_no_verdict(tmp_path, pinned):
+    tree = _copy_tico(tmp_path, "neutral")
+    for path in (tree / "tico" / "quantization").rglob("*.py"):
+        path.write_text("# a line added above everything\n# and another\n" + path.read_text())
+    code, results, output = _run(tree, tmp_path, "--strict-findings")
+    assert code == 0, output[-3000:]
+    assert results["run"]["tico"]["location"] == str(tree / "tico")
+    assert results["run"]["tico"]["source_sha256"] != pinned["run"]["tico"]["source_sha256"]
+    assert _outcomes(results) == _outcomes(pinned)
+    assert {fid: f["status"] for fid, f in _statuses(results).items()} == \
+        {fid: f["status"] for fid, f in _statuses(pinned).items()}
+
+
+def _slice_rule(tree: Path) -> None:
+    _edit(tree, "quantization/passes/propagate_qparam_backward.py", "            # TODO Support more ops.",
+          "            elif node.target == torch.ops.aten.slice.Tensor:\n"
+          "                _propagate_qparam_if_possible(node, node.args[0])\n"
+          "            # TODO Support more ops.")
+
+
+def test_a_fixed_finding_is_reported_fixed_on_exactly_its_items(tmp_path, pinned):
+    tree = _copy_tico(tmp_path, "slice_rule")
+    _slice_rule(tree)
+    code, results, output = _run(tree, tmp_path)
+    assert code == 0, output[-3000:]
+    assert results["run"]["findings_strict"] is False
+    statuses = _statuses(results)
+    fixed = {fid: f for fid, f in statuses.items() if f["status"] == "fixed"}
+    assert set(fixed) == {"present-v-per-head-slice"}, statuses
+    was = _statuses(pinned)["present-v-per-head-slice"]
+    assert sorted(fixed["present-v-per-head-slice"]["fixed"]) == sorted(was["occurs"])
+    assert "fixed  present-v-per-head-slice" in output
+    # the other findings on those items still occur: their items stay expected failures
+    assert _outcomes(results) == _outcomes(pinned)
+    strict_code, _, strict_output = _run(tree, tmp_path, "--strict-findings")
+    assert strict_code == 1 and "expected problem(s) no longer occur" in strict_output, strict_output[-3000:]
+
+
+def test_a_regression_is_red_with_its_diagnosis(tmp_path):
+    tree = _copy_tico(tmp_path, "no_output_fake_quant")
+    _edit(tree, "quantization/wrapq/wrappers/nn/quant_linear.py", "        return self._fq(out, self.obs_act_out)",
+          "        return out")
+    code, results, output = _run(tree, tmp_path)
+    assert code == 1, output[-3000:]
+    failed = {r["check"] for r in results["results"] if r["outcome"] == "failed" and r["case"] == "nn_linear"}
+    assert {"observer_use", "calibration_coverage"} <= failed, failed
+    messages = "\n".join(r.get("message", "") for r in results["results"] if r["outcome"] == "failed")
+    assert "obs_act_out" in messages
+    assert any(p["where"].startswith("nn_linear[") for p in results["run"]["new_problems"])
