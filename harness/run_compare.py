@@ -265,9 +265,10 @@ def compare(base: dict[str, Any], head: dict[str, Any], *, margin: float = 0.1, 
     if margin < 0 or abs_floor < 0:
         raise CompareError(f"margin and absolute floor must be >= 0 (got {margin}, {abs_floor})")
     # The tico under review is what a pull request changes: a tico version difference is compared.
-    diffs = [d for d in version_differences(base, head) if d[0] != "tico"]
-    if diffs and not allow_version_mismatch:
-        raise CompareError(f"refusing to compare runs on different pinned stacks: {describe_versions(diffs)} "
+    diffs = version_differences(base, head)
+    blocking = [d for d in diffs if d[0] != "tico"]
+    if blocking and not allow_version_mismatch:
+        raise CompareError(f"refusing to compare runs on different pinned stacks: {describe_versions(blocking)} "
                            f"(base -> head); their numbers differ for reasons no commit made. Rerun both on one "
                            f"stack, or pass --allow-version-mismatch to compare anyway")
     brec = {r["nodeid"]: r for r in base["results"]}
@@ -343,8 +344,13 @@ def header_lines(cmp: Comparison) -> list[str]:
     testbeds = platform_differences(cmp.base_run, cmp.head_run)
     if testbeds:
         lines.append(f"testbeds differ (metric moves may come from the machine, not the commit): {'; '.join(testbeds)}")
-    if cmp.version_diffs:
-        lines.append(f"versions differ (compared anyway, --allow-version-mismatch): {describe_versions(cmp.version_diffs)}")
+    stack_diffs = [d for d in cmp.version_diffs if d[0] != "tico"]
+    tico_diffs = [d for d in cmp.version_diffs if d[0] == "tico"]
+    if tico_diffs:
+        lines.append(f"the tico under review differs from the base's, as a pull request makes it: "
+                     f"{describe_versions(tico_diffs)}")
+    if stack_diffs:
+        lines.append(f"versions differ (compared anyway, --allow-version-mismatch): {describe_versions(stack_diffs)}")
     else:
         versions = cmp.head_run.get("versions") or {}
         pinned = ", ".join(f"{k} {versions[k]}" for k in ("torch", "transformers", "tico") if versions.get(k))

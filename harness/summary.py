@@ -1,5 +1,6 @@
-"""Terminal summary: one row per case x profile, failures first; the metric columns are the
-headline metrics the checks declare (harness/headline.py)."""
+"""Terminal summary: one row per case x profile, failures first, with the count of each verdict and
+the checks that failed; then the headline metrics the checks declare (harness/headline.py) that
+this run measured, in tables of at most ``WIDTH`` columns (metric columns wrap into more tables)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from tabulate import tabulate
 
 from harness.headline import headline_columns, headline_values
 
-_MARK = {"xfailed": "xfail", "passed": "ok", "failed": "FAIL", "error": "ERR", "crashed": "CRASH", "skipped": "-", "not_run": "?"}
+WIDTH = 120
 _BAD = {"failed", "error", "crashed", "not_run"}
+_COUNTED = (("passed", "ok"), ("xfailed", "xfail"), ("skipped", "n/a"))
 
 
 def _fmt(value: Any) -> str:
@@ -19,27 +21,63 @@ def _fmt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def render_summary_table(records: dict[str, dict[str, Any]], checks: Mapping[str, Mapping[str, Any]]) -> str:
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _width(text: str) -> int:
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+def _groups(records: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     rows: dict[tuple[str, str], dict[str, Any]] = {}
-    names: list[str] = []
     for rec in records.values():
-        if rec.get("case") is None:
-            key = (rec["nodeid"], "")
-        else:
-            key = (rec["case"], rec["profile"])
-        row = rows.setdefault(key, {"marks": {}, "records": {}, "bad": False, "seconds": 0.0})
+        key = (rec["nodeid"], "") if rec.get("case") is None else (rec["case"], rec["profile"])
+        row = rows.setdefault(key, {"records": {}, "bad": [], "seconds": 0.0, "counts": {}})
         check = rec.get("check") or "<definition>"
-        if check not in names:
-            names.append(check)
-        row["marks"][check] = _MARK.get(rec["outcome"], rec["outcome"])
         row["records"][check] = rec
-        row["bad"] |= rec["outcome"] in _BAD
+        row["counts"][rec["outcome"]] = row["counts"].get(rec["outcome"], 0) + 1
+        if rec["outcome"] in _BAD:
+            row["bad"].append(check)
         row["seconds"] += float(rec.get("duration") or 0.0)
-    names.sort(key=lambda c: (c == "<definition>", c))
-    columns = headline_columns(checks)
-    table = []
-    for (case, profile), row in sorted(rows.items(), key=lambda kv: (not kv[1]["bad"], kv[0])):
-        table.append([case, profile] + [row["marks"].get(c, "") for c in names]
-                     + [_fmt(v) for v in headline_values(row["records"], columns)] + [f"{row['seconds']:.1f}"])
-    headers = ["case", "profile"] + names + [label for _, _, label in columns] + ["time s"]
-    return tabulate(table, headers=headers, tablefmt="simple")
+    return rows
+
+
+def render_summary_table(records: dict[str, dict[str, Any]], checks: Mapping[str, Mapping[str, Any]],
+                         width: int = WIDTH) -> str:
+    rows = _groups(records)
+    ordered = sorted(rows.items(), key=lambda kv: (not kv[1]["bad"], kv[0]))
+    verdicts = []
+    for (case, profile), row in ordered:
+        counts = row["counts"]
+        verdicts.append([_clip(case, 44), _clip(profile, 24)] + [counts.get(o, 0) or "" for o, _ in _COUNTED]
+                        + [f"{row['seconds']:.1f}", _clip(", ".join(sorted(row["bad"])) or "", 30)])
+    parts = [tabulate(verdicts, headers=["case", "profile"] + [label for _, label in _COUNTED] + ["time s", "FAILED"],
+                      tablefmt="simple")]
+    # Headline metrics this run measured, as many columns per table as fit the width.
+    columns = [c for c in headline_columns(checks)
+               if any(headline_values(row["records"], [c])[0] is not None for _, row in ordered)]
+    values = {key: headline_values(row["records"], columns) for key, row in ordered}
+    start = 0
+    while start < len(columns):
+        end = start + 1
+        while end <= len(columns):
+            table = _metric_table(ordered, columns, values, start, end)
+            if _width(table) > width and end > start + 1:
+                end -= 1
+                break
+            end += 1
+        end = min(end, len(columns))
+        parts.append(_metric_table(ordered, columns, values, start, end))
+        start = end
+    return "\n\n".join(parts)
+
+
+def _metric_table(ordered, columns, values, start: int, end: int) -> str:
+    rows = []
+    for key, _ in ordered:
+        cells = [_fmt(v) for v in values[key][start:end]]
+        if any(cells):
+            rows.append([_clip(key[0], 44), _clip(key[1], 24)] + cells)
+    headers = ["case", "profile"] + [label for _, _, label in columns[start:end]]
+    return tabulate(rows, headers=headers, tablefmt="simple", maxheadercolwidths=[None, None] + [12] * (end - start))

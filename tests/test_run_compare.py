@@ -172,11 +172,12 @@ def test_version_mismatch_is_refused_with_the_versions_named(tmp_path, capsys):
     assert main(["compare", b, h]) == 2
     err = capsys.readouterr().err
     assert "refusing to compare runs on different pinned stacks" in err
-    assert "tico 0.3.0 -> 0.3.1" in err and "transformers not recorded -> 5.24.0" in err
+    assert "transformers not recorded -> 5.24.0" in err and "tico" not in err  # tico is what a PR changes
     assert "--allow-version-mismatch" in err
     assert main(["compare", b, h, "--allow-version-mismatch"]) == 0
     out = capsys.readouterr().out
-    assert "versions differ (compared anyway, --allow-version-mismatch): tico 0.3.0 -> 0.3.1" in out
+    assert "versions differ (compared anyway, --allow-version-mismatch): transformers not recorded -> 5.24.0" in out
+    assert "the tico under review differs from the base's, as a pull request makes it: tico 0.3.0 -> 0.3.1" in out
 
 
 def test_a_local_build_label_is_the_same_release():
@@ -260,9 +261,14 @@ def test_real_runs_compare(real_results, tmp_path, capsys):
     assert peir_decl["better"] == "lower"
 
     bumped = copy.deepcopy(doc)
-    bumped["run"]["versions"]["tico"] = "0.3.1"
+    bumped["run"]["versions"]["transformers"] = "5.24.0"
     assert main(["compare", base, _write(tmp_path / "bumped.json", bumped)]) == 2
-    assert f"tico {doc['run']['versions']['tico']} -> 0.3.1" in capsys.readouterr().err
+    assert f"transformers {doc['run']['versions']['transformers']} -> 5.24.0" in capsys.readouterr().err
+    # the tico under review is compared: a pull request's change is a tico change
+    reviewed = copy.deepcopy(doc)
+    reviewed["run"]["versions"]["tico"] = "0.3.1"
+    assert main(["compare", base, _write(tmp_path / "reviewed.json", reviewed)]) == 0
+    assert f"tico {doc['run']['versions']['tico']} -> 0.3.1" in capsys.readouterr().out
 
 
 def test_runs_on_different_testbeds_are_said_to_be(tmp_path):
