@@ -41,7 +41,7 @@ def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dic
 
     for record in records:
         for fid, status in (record.get("findings") or {}).items():
-            if fid == "the case's own diagnosis":
+            if fid.startswith("the case's own diagnosis"):
                 continue
             item = entry(fid)
             key = {"occurs": "occurs", "changed": "partly_fixed", "fixed": "fixed"}[status]

@@ -1,6 +1,7 @@
 """Terminal summary: one row per case x profile, failures first, with the count of each verdict and
-the checks that failed; then the headline metrics the checks declare (harness/headline.py) that
-this run measured, in tables of at most ``WIDTH`` columns (metric columns wrap into more tables)."""
+the checks that failed; then, for a run of a few cases, the headline metrics the checks declare
+(harness/headline.py) that it measured, in tables of at most ``WIDTH`` columns (metric columns
+wrap into more tables)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from tabulate import tabulate
 from harness.headline import headline_columns, headline_values
 
 WIDTH = 120
+# Above this many case rows the headline metrics stay in results.json and the report: a matrix run's
+# terminal output is read for its verdicts.
+METRIC_ROWS = 24
 _BAD = {"failed", "error", "crashed", "not_run"}
 _COUNTED = (("passed", "ok"), ("xfailed", "xfail"), ("skipped", "n/a"))
 
@@ -54,6 +58,9 @@ def render_summary_table(records: dict[str, dict[str, Any]], checks: Mapping[str
                         + [f"{row['seconds']:.1f}", _clip(", ".join(sorted(row["bad"])) or "", 30)])
     parts = [tabulate(verdicts, headers=["case", "profile"] + [label for _, label in _COUNTED] + ["time s", "FAILED"],
                       tablefmt="simple")]
+    if len(ordered) > METRIC_ROWS:
+        parts.append(f"headline metrics of the {len(ordered)} case rows: results.json and report.html")
+        return "\n\n".join(parts)
     # Headline metrics this run measured, as many columns per table as fit the width.
     columns = [c for c in headline_columns(checks)
                if any(headline_values(row["records"], [c])[0] is not None for _, row in ordered)]
