@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from harness import Expected, sweep
-from harness.catalog import add_configured_import_roots, load_cases
+from harness import Expected
+from harness.commands.findings import declared_expectations
 from harness.expectations import judge, matchable
 from harness.findings import (FINDINGS_FILE, FindingsError, definition_errors, expect, looks_like, parse, pattern_flaw,
                               registry)
@@ -20,18 +20,8 @@ from harness.tico_identity import package_dir, source_fingerprint
 
 
 def _in_tree_expectations():
-    """(case file, 'case[profile,variant]:check', Expected) over every profile and sweep variant."""
-    add_configured_import_roots()
-    for path, case in load_cases():
-        variants = [case]
-        if case.sweep is not None:
-            for profile in case.profiles:
-                variants += list(sweep.iter_selected(case, profile, "nightly"))
-        for variant in variants:
-            label = variant.variant.label if variant.variant else ""
-            for profile in variant.profiles:
-                for check, expectation in variant.expected_failures_for(profile).items():
-                    yield path, f"{variant.name}[{profile},{label}]:{check}", check, expectation
+    """(case file, 'case[profile,variant]:check', check, Expected) over every profile and sweep variant."""
+    return declared_expectations()
 
 
 def test_no_expectation_pattern_names_a_line_number_or_an_install_path():

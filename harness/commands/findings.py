@@ -18,23 +18,27 @@ from pathlib import Path
 HELP = "tico's findings (findings/tico.toml) and their status in a run: open, fixed or new"
 
 
-def _declared_by() -> dict[str, list[str]]:
-    """finding id -> 'case:check' for every collected case (profiles and sweep variants included)."""
+def declared_expectations():
+    """(case file, 'case[profile,variant]:check', check, Expected) for every collected case, every
+    profile and every sweep variant the nightly runs."""
     from harness import sweep
     from harness.catalog import add_configured_import_roots, load_cases
 
     add_configured_import_roots()
-    out: dict[str, set[str]] = {}
-    for _, case in load_cases():
-        variants = [case]
-        if case.sweep is not None:
-            for profile in case.profiles:
-                variants += list(sweep.iter_selected(case, profile, "nightly"))
-        for variant in variants:
-            for profile in variant.profiles:
+    for path, case in load_cases():
+        for profile in case.profiles:
+            for variant in sweep.iter_selected(case, profile, "nightly"):
+                label = variant.variant.label if variant.variant else ""
                 for check, expectation in variant.expected_failures_for(profile).items():
-                    for fid in expectation.findings:
-                        out.setdefault(fid, set()).add(f"{variant.name}:{check}")
+                    yield path, f"{variant.name}[{profile},{label}]:{check}", check, expectation
+
+
+def _declared_by() -> dict[str, list[str]]:
+    """finding id -> 'case[profile,variant]:check' wherever a case declares it."""
+    out: dict[str, set[str]] = {}
+    for _, where, _, expectation in declared_expectations():
+        for fid in expectation.findings:
+            out.setdefault(fid, set()).add(where)
     return {fid: sorted(where) for fid, where in out.items()}
 
 
