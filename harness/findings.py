@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness.expectations import Expected, Part
+from harness.expectations import Expected, Part, matchable
+from harness.tico_identity import identity
 
 FINDINGS_FILE = Path(__file__).resolve().parents[1] / "findings" / "tico.toml"
 ANY_CHECK = "any"
@@ -123,8 +124,6 @@ def registry(path: Path = FINDINGS_FILE) -> Registry:
 
 def recorded_here() -> bool:
     """Whether the tico this process imports is the one the findings were recorded on (same sources)."""
-    from harness.tico_identity import identity
-
     return identity().get("source_sha256") == registry().recorded_sources
 
 
@@ -189,7 +188,5 @@ def _generic(check: str) -> tuple[tuple[str, tuple[re.Pattern, ...]], ...]:
 
 def looks_like(check: str, line: str) -> tuple[str, ...]:
     """The findings one of whose patterns for ``check`` matches ``line`` (its matchable form)."""
-    from harness.expectations import matchable
-
     text = matchable(line)
     return tuple(fid for fid, patterns in _generic(check) if any(p.search(text) for p in patterns))

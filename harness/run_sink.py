@@ -48,6 +48,7 @@ class RunSink:
         self.collector = ResultCollector(case_nodeid_prefixes=tuple(prefixes))
         self.goldens_rewritten: list[str] = []
         self.orphan_goldens: list[str] = []
+        self.findings_summary: dict[str, Any] | None = None
 
     def process_stats(self) -> dict[str, Any]:
         return {"overhead": overhead_totals(), "peak_rss_mb": round(peak_rss_mb(), 1),
@@ -115,13 +116,21 @@ class RunSink:
                 terminalreporter.write_line(f"  {stem}")
         terminalreporter.write_line(f"results: {self.report_dir / 'results.json'}  report: {self.report_dir / 'report.html'}")
 
+    def _findings_summary(self) -> dict[str, Any]:
+        """The run's findings, computed once for results.json and the terminal (harness/finding_status.py)."""
+        if self.findings_summary is None:
+            from harness.finding_status import summarize
+            from harness.tico_identity import identity
+
+            self.findings_summary = summarize(self.collector.records.values(), identity().get("requested"))
+        return self.findings_summary
+
     def _write_findings(self, terminalreporter) -> None:
-        from harness.finding_status import render_lines, summarize
+        from harness.finding_status import render_lines
+        from harness.findings import recorded_here
         from harness.tico_identity import describe, identity
 
-        summary = summarize(self.collector.records.values(), identity().get("requested"))
-        from harness.findings import recorded_here
-
+        summary = self._findings_summary()
         if recorded_here():
             mode = "strictly: the tico findings/tico.toml was recorded on"
         elif self.state.findings_strict:
@@ -148,7 +157,6 @@ class RunSink:
     def _write_reports(self, exitstatus: int) -> None:
         from harness.golden import golden_set_id
         from harness.platform_info import platform_record
-        from harness.finding_status import summarize
         from harness.report.html import write_report
         from harness.tico_identity import identity
 
@@ -162,7 +170,7 @@ class RunSink:
                  "goldens_rewritten": self.goldens_rewritten, "orphan_goldens": self.orphan_goldens,
                  "platform": platform_record(),  # the testbed the history keys series by
                  "tico": identity(), "findings_strict": self.state.findings_strict,
-                 **summarize(self.collector.records.values(), identity().get("requested"))}
+                 **self._findings_summary()}
         if self.drift_moves is not None:
             for record in self.collector.records.values():
                 label_record(record, self.drift_moves)
