@@ -1,5 +1,5 @@
-"""What a run says about tico's findings: each one open, fixed or new, where it was seen, and the
-problems no finding explains. Read from the item records (``findings``, ``looks_like``), so the
+"""What a run says about tico's findings: each one open, fixed or new, where it was seen, the
+failures that a tico API change explains (the case must follow it), and the problems nothing explains. Read from the item records (``findings``, ``looks_like``), so the
 same function serves the terminal, results.json, the report, ``python -m harness findings`` and
 ``compare`` between two runs."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Iterable
 
-from harness.findings import FindingsError, registry
+from harness.findings import FindingsError, api_change_of, registry
 
 OPEN, FIXED, NEW = "open", "fixed", "new"
 _FAILED = ("failed", "error", "crashed")
@@ -23,10 +23,18 @@ def reproduce_command(nodeid: str, tico: str | None = None) -> str:
     return f"{prefix}./scripts/env.sh pytest {shlex.quote(nodeid)}"
 
 
+def _lines(record: dict[str, Any]) -> list[str]:
+    """Every line a failed item said: its problems, its failed stage's message, pytest's report."""
+    stage = record.get("stage_error") or {}
+    text = "\n".join([*(record.get("problems") or []), stage.get("message") or "", record.get("message") or ""])
+    return text.splitlines()
+
+
 def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dict[str, Any]:
-    """``{"findings": [...], "new_problems": [...]}`` for one run's item records; ``tico``: the
-    WRAPQ_TICO the run was given, for the commands that reproduce each finding."""
+    """``{"findings": [...], "api_changes": [...], "new_problems": [...]}`` for one run's item
+    records; ``tico``: the WRAPQ_TICO the run was given, for the commands that reproduce each one."""
     seen: dict[str, dict[str, Any]] = {}
+    api_changes: dict[str, dict[str, Any]] = {}
     new_problems = []
 
     def entry(fid: str) -> dict[str, Any]:
@@ -55,7 +63,15 @@ def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dic
                 item["undeclared"].append(_where(record))
                 if item["reproduce"] is None and record.get("nodeid"):
                     item["reproduce"] = reproduce_command(record["nodeid"], tico)
-            if not similar:
+            change = None if similar else api_change_of(_lines(record))
+            if change:
+                if change not in api_changes:
+                    api = registry().api_changes[change]
+                    api_changes[change] = {"id": change, "title": api.title, "since": api.since, "follow": api.follow,
+                                           "items": [], "reproduce": reproduce_command(record["nodeid"], tico)
+                                           if record.get("nodeid") else None}
+                api_changes[change]["items"].append(_where(record))
+            elif not similar:
                 problems = record.get("problems") or []
                 stage = record.get("stage_error") or {}
                 first = problems[0] if problems else (f"stage '{stage.get('stage')}' failed: {stage.get('type')}"
@@ -73,7 +89,8 @@ def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dic
         findings.append(item)
     order = {NEW: 0, OPEN: 1, FIXED: 2}
     findings.sort(key=lambda f: (order[f["status"]], f["id"]))
-    return {"findings": findings, "new_problems": new_problems}
+    return {"findings": findings, "api_changes": sorted(api_changes.values(), key=lambda a: a["id"]),
+            "new_problems": new_problems}
 
 
 def render_lines(summary: dict[str, Any], width: int = 118) -> list[str]:
@@ -90,6 +107,9 @@ def render_lines(summary: dict[str, Any], width: int = 118) -> list[str]:
         if item["undeclared"] and item["status"] != NEW:
             counts += f"; on {len(item['undeclared'])} item(s) that do not declare it (red)"
         line = f"{item['status']:<6} {item['id']}: {item['title']} -- {counts}"
+        lines.append(line if len(line) <= width else line[: width - 3] + "...")
+    for change in summary.get("api_changes", []):
+        line = f"api    {change['id']}: {len(change['items'])} item(s) red until the case follows: {change['title']}"
         lines.append(line if len(line) <= width else line[: width - 3] + "...")
     for problem in summary["new_problems"]:
         line = f"new    {problem['where']}: {problem['problem']}"

@@ -13,6 +13,7 @@ error; on any other tico it is reported fixed.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import tomllib
@@ -56,10 +57,24 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class ApiChange:
+    """A change of tico's API that a case must follow (not a defect): which failures it explains
+    (``patterns``, matched against any line of a failed item) and what the case must do."""
+
+    id: str
+    title: str
+    since: str
+    follow: str
+    symbols: tuple[str, ...]
+    patterns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Registry:
     recorded_version: str
     recorded_sources: str
     findings: Mapping[str, Finding]
+    api_changes: Mapping[str, ApiChange] = dataclasses.field(default_factory=dict)
 
     def get(self, finding_id: str) -> Finding:
         try:
@@ -95,23 +110,46 @@ def parse(data: Mapping[str, Any], where: str = "findings") -> Registry:
         patterns = raw.get("patterns")
         if not isinstance(patterns, dict) or not patterns:
             raise FindingsError(f"{at}: patterns must map check names (or 'any') to lists of regular expressions")
-        checked: dict[str, tuple[str, ...]] = {}
-        for check, items in patterns.items():
-            if not isinstance(items, list) or not items or not all(isinstance(p, str) and p for p in items):
-                raise FindingsError(f"{at}: patterns.{check} must be a non-empty list of strings")
-            for pattern in items:
-                flaw = pattern_flaw(pattern)
-                if flaw:
-                    raise FindingsError(f"{at}: pattern {pattern!r} names {flaw}; match observer and module "
-                                        f"paths, op kinds, class and function names instead")
-                try:
-                    re.compile(pattern.replace(PROBE, "x"))
-                except re.error as exc:
-                    raise FindingsError(f"{at}: bad regular expression {pattern!r}: {exc}") from None
-            checked[check] = tuple(items)
+        checked = {check: _checked_patterns(at, items, f"patterns.{check}") for check, items in patterns.items()}
         findings[fid] = Finding(fid, raw["title"].strip(), " ".join(raw["cause"].split()),
                                 tuple(raw.get("symbols") or ()), checked)
-    return Registry(recorded["version"], recorded["source_sha256"], findings)
+    return Registry(recorded["version"], recorded["source_sha256"], findings,
+                    _parse_api_changes(data.get("api_change") or [], where, set(findings)))
+
+
+def _checked_patterns(at: str, items: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(items, list) or not items or not all(isinstance(p, str) and p for p in items):
+        raise FindingsError(f"{at}: {what} must be a non-empty list of strings")
+    for pattern in items:
+        flaw = pattern_flaw(pattern)
+        if flaw:
+            raise FindingsError(f"{at}: pattern {pattern!r} names {flaw}; match observer and module "
+                                f"paths, op kinds, class and function names instead")
+        try:
+            re.compile(pattern.replace(PROBE, "x"))
+        except re.error as exc:
+            raise FindingsError(f"{at}: bad regular expression {pattern!r}: {exc}") from None
+    return tuple(items)
+
+
+def _parse_api_changes(raws: list, where: str, finding_ids: set[str]) -> dict[str, ApiChange]:
+    changes: dict[str, ApiChange] = {}
+    for i, raw in enumerate(raws):
+        cid = raw.get("id")
+        at = f"{where}: api_change[{i}] {cid!r}"
+        if not isinstance(cid, str) or not _ID.match(cid):
+            raise FindingsError(f"{at}: id must be lower-case words joined by '-'")
+        if cid in changes or cid in finding_ids:
+            raise FindingsError(f"{at}: duplicate id")
+        for key in ("title", "since", "follow"):
+            if not isinstance(raw.get(key), str) or not raw[key].strip():
+                raise FindingsError(f"{at}: {key} must be a non-empty string")
+        patterns = _checked_patterns(at, raw.get("patterns"), "patterns")
+        if any(PROBE in p for p in patterns):
+            raise FindingsError(f"{at}: an API change's patterns take no {PROBE}")
+        changes[cid] = ApiChange(cid, raw["title"].strip(), raw["since"].strip(), " ".join(raw["follow"].split()),
+                                 tuple(raw.get("symbols") or ()), patterns)
+    return changes
 
 
 @functools.lru_cache(maxsize=4)
@@ -190,3 +228,17 @@ def looks_like(check: str, line: str) -> tuple[str, ...]:
     """The findings one of whose patterns for ``check`` matches ``line`` (its matchable form)."""
     text = matchable(line)
     return tuple(fid for fid, patterns in _generic(check) if any(p.search(text) for p in patterns))
+
+
+@functools.lru_cache(maxsize=1)
+def _api_patterns() -> tuple[tuple[str, tuple[re.Pattern, ...]], ...]:
+    return tuple((c.id, tuple(re.compile(p) for p in c.patterns)) for c in registry().api_changes.values())
+
+
+def api_change_of(lines: Iterable[str]) -> str | None:
+    """The API change whose pattern matches one of a failed item's lines (matchable form), or None."""
+    texts = [matchable(line) for line in lines if line]
+    for cid, patterns in _api_patterns():
+        if any(p.search(text) for p in patterns for text in texts):
+            return cid
+    return None

@@ -88,6 +88,43 @@ def test_matchable_drops_install_prefixes_and_line_numbers_only():
     assert matchable("scale 0.0131 zp 124 (range 0..255)") == "scale 0.0131 zp 124 (range 0..255)"
 
 
+# -- tico API changes a case must follow ---------------------------------------------------------
+
+
+def test_api_changes_parse_and_refuse_what_findings_refuse():
+    base = {"recorded": {"version": "0", "source_sha256": "x"}, "finding": []}
+    ok = dict(base, api_change=[{"id": "new-call", "title": "t", "since": "1.0", "follow": "call it",
+                                 "patterns": [r"requires new_call\(\)"]}])
+    assert parse(ok).api_changes["new-call"].follow == "call it"
+    for bad, why in ((r"x\.py:\d+", "a line number"), ("[", "bad regular expression")):
+        data = dict(base, api_change=[dict(ok["api_change"][0], patterns=[bad])])
+        with pytest.raises(FindingsError, match=re.escape(why)):
+            parse(data)
+    with pytest.raises(FindingsError, match="follow"):
+        parse(dict(base, api_change=[{"id": "a-b", "title": "t", "since": "1", "patterns": ["x"]}]))
+
+
+def test_a_failure_an_api_change_explains_is_sorted_there_and_anything_else_stays_new():
+    from harness.finding_status import render_lines, summarize
+
+    traced = ("stage 'torch_export' failed: Unsupported: Observed exception\n  Developer debug context: raised "
+              "exception ValueError('Static decoder export requires an explicit attention_mask.')")
+    records = [
+        {"case": "a", "profile": "tiny", "check": "torch_export", "outcome": "failed", "nodeid": "cases/x.py::a[tiny]",
+         "stage_error": {"stage": "torch_export", "type": "Unsupported", "message": traced}},
+        {"case": "b", "profile": "tiny", "check": "golden", "outcome": "failed", "nodeid": "cases/x.py::b[tiny]",
+         "message": "E  AttributeError: 'QuantLlamaModel' object has no attribute 'rope_cos_template'"},
+        {"case": "c", "profile": "tiny", "check": "qparam_audit", "outcome": "failed", "nodeid": "cases/x.py::c[tiny]",
+         "problems": ["node add has no qparam"]},
+    ]
+    summary = summarize(records)
+    assert {a["id"]: a["items"] for a in summary["api_changes"]} == {
+        "static-decoder-explicit-mask": ["a[tiny]::torch_export"], "rope-templates-removed": ["b[tiny]::golden"]}
+    assert [p["where"] for p in summary["new_problems"]] == ["c[tiny]::qparam_audit"]
+    lines = render_lines(summary)
+    assert any(line.startswith("api    static-decoder-explicit-mask: 1 item(s) red") for line in lines)
+
+
 # -- judging on the recorded tico and on another -----------------------------------------------
 
 TWO = Expected("a", problems=(r"^alpha \d+$",), finding="first") + Expected("b", problems=(r"^beta$",), finding="second")

@@ -54,11 +54,23 @@ def _print_registry() -> None:
         print(f"  {finding.id}: {finding.title}")
         print(f"      checks: {', '.join(finding.checks)}; declared by {len(cases)} case(s)"
               + (f": {', '.join(cases[:4])}{', ...' if len(cases) > 4 else ''}" if cases else ""))
+    if reg.api_changes:
+        print(f"\n{len(reg.api_changes)} tico API changes a case must follow (failures they explain stay red):")
+        for change in reg.api_changes.values():
+            print(f"  {change.id} (since tico {change.since}): {change.title}")
 
 
 def _print_one(fid: str) -> int:
     from harness.findings import FindingsError, registry
 
+    change = registry().api_changes.get(fid)
+    if change is not None:
+        print(f"{change.id}: {change.title} (tico API change since {change.since})\n")
+        print(textwrap.fill("The case must follow: " + change.follow, 100))
+        print(f"\nsymbols: {', '.join(change.symbols)}")
+        for pattern in change.patterns:
+            print(f"pattern: {pattern}")
+        return 0
     try:
         finding = registry().get(fid)
     except FindingsError as exc:
@@ -81,8 +93,8 @@ def _print_run(doc: dict) -> int:
     from harness.tico_identity import describe
 
     run = doc.get("run") or {}
-    summary = {"findings": run["findings"], "new_problems": run.get("new_problems", [])} if "findings" in run \
-        else summarize(doc.get("results", []))
+    # Judged again from the item records: the findings data may have grown since the run.
+    summary = summarize(doc.get("results", []), (run.get("tico") or {}).get("requested"))
     print(f"{describe(run.get('tico') or {})}")
     lines = render_lines(summary, width=10_000)
     print("\n".join(lines) if lines else "no finding occurred and no problem is unexplained")
@@ -92,6 +104,10 @@ def _print_run(doc: dict) -> int:
         if item["status"] == "fixed":
             for where in item["fixed"]:
                 print(f"  {item['id']} fixed on {where}: remove it from that case's expected_failures")
+    for change in summary["api_changes"]:
+        print(f"  {change['id']} (since tico {change['since']}): {change['follow']}")
+        for where in change["items"]:
+            print(f"    {where}")
     return 0
 
 
