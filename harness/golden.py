@@ -14,6 +14,7 @@ last -- so an interrupted run rewrites nothing, and the run says what it rewrote
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ from harness.platform_info import platform_differences, platform_record  # noqa:
 from harness.portable import GoldenTolerance
 from harness.results import package_versions
 from harness.stage_engine import StageError
+from harness.tico_identity import identity
 # A declared float input counts as changed when its sketch moved more than this fraction of
 # its sum |x|. Rounding noise across kernel selections moves it by ~1e-7 (scripts/golden_noise.py);
 # a changed seed, init or input generator moves it by order 1.
@@ -230,7 +232,14 @@ def classify_rewrite(golden_dir: Path, case: str, profile: str, nodeid: str, cur
     return Rewrite("noise", "bits moved within the measured platform noise")
 
 
-def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | None = None) -> dict[str, Any]:
+def tico_record() -> dict[str, Any]:
+    """Which tico wrote a golden, without where it was installed (a path says nothing of the code)."""
+    record = identity()
+    return {k: record[k] for k in ("version", "install", "source_sha256", "git_commit", "git_dirty") if k in record}
+
+
+def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | None = None,
+          run_id: str | None = None) -> dict[str, Any]:
     tensors, steps = collected or collect(pipeline)
     manifest = {
         "schema": MANIFEST_SCHEMA,
@@ -240,6 +249,7 @@ def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | N
         "input_hash": input_hash(pipeline),
         "input_sketch": input_sketch(pipeline),
         "versions": package_versions(),
+        "tico": tico_record(),
         "platform": platform_record(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "tensors": {
@@ -248,8 +258,19 @@ def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | N
             for key, t in sorted(tensors.items())
         },
     }
+    if run_id:
+        manifest["run_id"] = run_id  # a run's own goldens (harness/baseline.py): whose they are
     write_files(golden_dir, pipeline.case.name, pipeline.profile, tensors, manifest)
     return manifest
+
+
+def kept_by_run(golden_dir: Path, case: str, profile: str, run_id: str | None) -> bool:
+    """Whether ``golden_dir`` holds this (case, profile)'s golden as written by run ``run_id``."""
+    manifest_path = paths(golden_dir, case, profile)[1]
+    try:
+        return bool(run_id) and json.loads(manifest_path.read_text()).get("run_id") == run_id
+    except (OSError, ValueError):
+        return False
 
 
 # -- reading and comparing ---------------------------------------------------------------
@@ -301,6 +322,10 @@ def compare(stored: dict[str, torch.Tensor], current: dict[str, torch.Tensor], m
 def version_changes(manifest: dict[str, Any]) -> list[str]:
     now = package_versions()
     then = manifest.get("versions", {})
-    return [f"{k} {then.get(k)} -> {now.get(k)}" for k in sorted(set(now) | set(then)) if then.get(k) != now.get(k)]
+    moved = [f"{k} {then.get(k)} -> {now.get(k)}" for k in sorted(set(now) | set(then)) if then.get(k) != now.get(k)]
+    sources = (manifest.get("tico") or {}).get("source_sha256")
+    if sources and sources != tico_record().get("source_sha256"):
+        moved.append(f"tico sources {sources[:12]} -> {str(tico_record().get('source_sha256'))[:12]}")
+    return moved
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from harness import compat
 from harness import sweep
+from harness.baseline import pre_existing
 from harness.case import Case, CaseDefinitionError
 from harness.check_settings import validate as validate_settings
 from harness.checks.base import Check, CheckResult
@@ -248,6 +249,7 @@ class CheckItem(pytest.Item):
             similar = findings_data.looks_like(self.check.name, stage_problem(err))
             if similar:
                 self._record(looks_like=list(similar))
+            self._xfail_if_pre_existing([stage_problem(err)], {})
             raise
         mutated = pipeline.guard_end()
         if mutated:
@@ -275,12 +277,28 @@ class CheckItem(pytest.Item):
             # the terminal gets one line (the findings section says the rest once per finding).
             pytest.xfail(_xfail_line(judgement))
         if not result.passed:
+            self._xfail_if_pre_existing(result.problems, result.metrics)
             raise CheckFailed(result)
+
+    def _xfail_if_pre_existing(self, problems: list[str], metrics: dict[str, Any]) -> None:
+        """With --baseline: a failure the base run had the same way (no tracked metric worse) is
+        pre-existing, reported as such and not blamed on the change (harness/baseline.py)."""
+        base = state_of(self.config).base_run
+        if base is None:
+            return
+        tracked = [(key, m.better) for key in metrics for m in self.check.metrics if m.better and m.matches(key)]
+        reason = pre_existing(base, self.nodeid, problems, metrics, tracked)
+        if reason:
+            earlier = (getattr(self, "wrapq_record", None) or {}).get("notes") or []
+            self._record(baseline="pre-existing", notes=[reason, *earlier])
+            pytest.xfail(reason)
 
     def _judge(self, problems: list[str]) -> Judgement | None:
         """The case's expectation for this check judged against ``problems`` (None: it declares none);
         strict on the tico the findings were recorded for (harness/findings.py)."""
         expectation = self.case.expected_failures_for(self.profile).get(self.check.name)
+        if expectation is not None:
+            expectation = findings_data.for_this_tico(expectation)
         if expectation is None:
             return None
         judgement = judge(expectation, problems, strict=state_of(self.config).findings_strict,

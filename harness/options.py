@@ -37,6 +37,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "on the tico findings/tico.toml was recorded for; elsewhere it is reported fixed)",
     )
     group.addoption(
+        "--baseline",
+        dest="wrapq_baseline",
+        default=None,
+        metavar="RESULTS",
+        help="judge against a base run (its results.json or report directory, e.g. the base tico's run): goldens "
+        "compare with the base run's tensors, and a failure the base run had the same way is pre-existing, not red",
+    )
+    group.addoption(
         "--wrapq-report-dir",
         dest="wrapq_report_dir",
         default=None,
@@ -144,9 +152,15 @@ def run_settings(config: pytest.Config, run_id: str) -> RunSettings:
     staged under the golden directory, by run id, until the run ends."""
     from harness.golden import staging_dir
 
+    from harness.baseline import RUN_GOLDEN_DIR
+
     chosen = config.getoption("wrapq_golden_dir")
     golden_dir = Path(chosen).resolve() if chosen else config.rootpath / "golden"
+    baseline = config.getoption("wrapq_baseline")
     return RunSettings(
+        run_id=run_id,
+        run_golden_dir=report_dir(config) / RUN_GOLDEN_DIR,
+        base_results=Path(baseline) if baseline else None,
         golden_dir=golden_dir,
         update_golden=config.getoption("wrapq_update_golden"),
         golden_staging_dir=staging_dir(golden_dir, run_id),

@@ -39,6 +39,11 @@ class RunSettings:
     circle_cache_dir: Path | None = None
     # torch.export reuse keyed by the adapter's execution (None: always trace)
     export_cache_dir: Path | None = None
+    run_id: str = ""
+    # where this run keeps the tensors its goldens compare, so it can serve as a base run
+    run_golden_dir: Path | None = None
+    # --baseline: the base run's results.json (or its report directory)
+    base_results: Path | None = None
 
 
 class Pipeline(StageEngine):

@@ -125,6 +125,13 @@ class RunSink:
             self.findings_summary = summarize(self.collector.records.values(), identity().get("requested"))
         return self.findings_summary
 
+    def _baseline_summary(self) -> dict[str, Any] | None:
+        base = self.state.base_run
+        if base is None:
+            return None
+        pre = sorted(r["nodeid"] for r in self.collector.records.values() if r.get("baseline") == "pre-existing")
+        return {"results": str(base.results), "run_id": base.run_id, "tico": base.tico, "pre_existing": pre}
+
     def _write_findings(self, terminalreporter) -> None:
         from harness.finding_status import render_lines
         from harness.findings import recorded_here
@@ -141,6 +148,11 @@ class RunSink:
         terminalreporter.write_line(f"{describe(identity())}; expectations judged {mode}")
         for line in render_lines(summary) or ["no finding occurred and no problem is unexplained"]:
             terminalreporter.write_line(line)
+        base = self._baseline_summary()
+        if base is not None:
+            terminalreporter.write_line(f"judged against the {self.state.base_run.label}: "
+                                        f"{len(base['pre_existing'])} failure(s) pre-existing there (xfail, not "
+                                        f"this change's); goldens compared with its tensors")
 
     # -- writing ---------------------------------------------------------------------------
     def _promote_goldens(self) -> None:
@@ -169,7 +181,8 @@ class RunSink:
                  "processes": workers, "checks": describe_checks(self.state.checks),
                  "goldens_rewritten": self.goldens_rewritten, "orphan_goldens": self.orphan_goldens,
                  "platform": platform_record(),  # the testbed the history keys series by
-                 "tico": identity(), "findings_strict": self.state.findings_strict,
+                 "tico": identity(), "findings_strict": self.state.findings_strict, "run_id": self.state.run_id,
+                 "baseline": self._baseline_summary(),
                  **self._findings_summary()}
         if self.drift_moves is not None:
             for record in self.collector.records.values():

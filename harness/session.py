@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from harness.baseline import BaselineError, BaseRun, cached_load
 from harness.case import Case
 from harness.checks.base import Check
 from harness.options import DEFAULT_PROFILE, report_dir, run_settings
@@ -48,6 +49,12 @@ class SessionState:
         self.case_names: set[str] = set()
         self.rss_after_group: dict[str, float] = {}
         self._findings_strict: bool | None = None
+        self.base_run: BaseRun | None = None
+        if settings.base_results is not None:
+            try:
+                self.base_run = cached_load(settings.base_results)
+            except BaselineError as exc:
+                raise pytest.UsageError(str(exc)) from None
 
     @property
     def findings_strict(self) -> bool:

@@ -9,7 +9,7 @@ changed) is reported as stale rather than as numeric drift, and drift names the 
 statistic over its limit, how far beyond the measured cross-platform noise it is, and which
 library versions and platform differ from the manifest."""
 
-from harness import golden, portable
+from harness import baseline, golden, portable
 from harness.checks.base import Check, CheckResult, Metric
 
 
@@ -37,14 +37,25 @@ def run(pipeline) -> CheckResult:
         else:
             result.notes.append(message)
         return result
+    if settings.run_golden_dir is not None:
+        golden.write(pipeline, settings.run_golden_dir, collected, run_id=settings.run_id)  # a base for later runs
+    source_dir, against = settings.golden_dir, ""
+    if settings.base_results is not None:
+        base = baseline.cached_load(settings.base_results)
+        if golden.kept_by_run(base.golden_dir, case, profile, base.run_id):
+            source_dir, against = base.golden_dir, f" [compared with the {base.label}]"
+            result.evidence["compared_with"] = base.label
+        else:
+            result.notes.append(f"the base run kept no golden for {case}[{profile}] (it did not reach the golden "
+                                f"check): compared with the committed golden")
     try:
-        manifest, stored = golden.load(settings.golden_dir, case, profile, nodeid)
+        manifest, stored = golden.load(source_dir, case, profile, nodeid)
     except golden.GoldenError as exc:
         result.fail(str(exc))
         return result
     moved = golden.version_changes(manifest)
     platform = golden.platform_differences(manifest)
-    context = f" (manifest differs: {', '.join(moved)})" if moved else ""
+    context = (f" (manifest differs: {', '.join(moved)})" if moved else "") + against
     result.evidence["version_changes"] = moved
     result.evidence["platform_differences"] = platform
     if manifest.get("input_hash") != current_hash:

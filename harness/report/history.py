@@ -141,6 +141,16 @@ def schema_version(db: Path) -> int:
 
 
 # -- testbeds -----------------------------------------------------------------------------------
+def _versions(run: dict[str, Any]) -> dict[str, Any]:
+    """Package versions plus the tico sources' fingerprint: a nightly or a checkout keeps its version
+    string while its code moves, and the dashboard's "what moved" must see that."""
+    versions = dict(run.get("versions") or {})
+    sources = (run.get("tico") or {}).get("source_sha256")
+    if sources:
+        versions["tico_sources"] = str(sources)[:12]
+    return versions
+
+
 def testbed_id(platform: dict[str, Any] | None) -> str | None:
     """A short stable id of what decides float bits (harness/platform_info.py's record: CPU model,
     architecture, torch's kernel selection, BLAS, threads, the overriding environment variables);
@@ -194,7 +204,7 @@ def append_run(db: Path, doc: dict[str, Any]) -> int:
                 "INSERT INTO runs (started_at, commit_sha, profiles, versions, exitstatus, testbed, platform) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (run.get("started_at", ""), run.get("commit"), json.dumps(run.get("profiles", [])),
-                 json.dumps(run.get("versions", {}), sort_keys=True), run.get("exitstatus"), testbed_id(platform),
+                 json.dumps(_versions(run), sort_keys=True), run.get("exitstatus"), testbed_id(platform),
                  json.dumps(platform, sort_keys=True) if platform else None),
             )
             run_id = int(cur.lastrowid)
