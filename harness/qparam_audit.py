@@ -61,10 +61,37 @@ def _source_lines(stack_trace: str | None) -> list[str]:
     return lines[-1:]
 
 
+_QUANTIZE_TARGETS = ("quantized_decomposed.quantize_per_tensor.default",
+                     "quantized_decomposed.quantize_per_channel.default")
+# Ops that move values without computing: a float value they move is still only moved.
+_MOVING_TARGETS = ("aten.embedding.default", "aten.reshape.default", "aten.view.default", "aten.permute.default",
+                   "aten.transpose.int", "aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default",
+                   "aten.expand.default", "aten.slice.Tensor", "aten.select.int", "aten.clone.default")
+
+
+def quantized_before_use(node: torch.fx.Node, qparam_key: str, depth: int = 0) -> bool:
+    """Whether every use of a float value is an explicit QUANTIZE, directly or after ops that only
+    move it: no arithmetic reads it in float. tico from 0.4 keeps a model input, a value with other
+    users or a dequantized embedding table float that way (FoldQuantOps keeps the QUANTIZE)."""
+    if not node.users or depth > 16:
+        return False
+    for user in node.users:
+        target = target_name(user)
+        if target in _QUANTIZE_TARGETS:
+            continue
+        if target in _MOVING_TARGETS and qparam_key not in user.meta \
+                and quantized_before_use(user, qparam_key, depth + 1):
+            continue
+        return False
+    return True
+
+
 @dataclass
 class AuditResult:
     quantized_nodes: int = 0
     float_nodes: int = 0
+    # float values quantized before any arithmetic reads them (a float boundary, not a gap)
+    float_boundary: list[str] = field(default_factory=list)
     integer_nodes: int = 0
     missing: list[dict[str, Any]] = field(default_factory=list)
     # qparam consistency (harness.qparam_consistency): torch fake-quants folded into the
@@ -116,6 +143,9 @@ def audit_exported_program(program: Any, ignored_targets: tuple[str, ...] = DEFA
                 continue
             if QPARAM_KEY in node.meta:
                 result.quantized_nodes += 1
+            elif quantized_before_use(node, QPARAM_KEY):
+                result.float_nodes += 1
+                result.float_boundary.append(node.name)
             else:
                 result.float_nodes += 1
                 record(node, "node")

@@ -104,10 +104,24 @@ def applied_qparams(graph: torch.fx.Graph, with_redundant: bool = False) -> list
             user.name for user in producer.users
             if user is not q and not (user.op == "call_function" and user.target == q_target))
         records.append({"ordinal": ordinal, "redundant": redundant, "traced_index": _traced_index(q), "tensor": carrier,
+                        "quantize": q.name,
                         "float_users": float_users, "scale": scale, "zero_point": zero_point, "qmin": qmin, "qmax": qmax,
                         "module": _module_path(q),
                         "line": _wrapper_line(producer.meta.get("stack_trace") or q.meta.get("stack_trace"))})
     return records
+
+
+def follow_kept_quantizes(records: list[dict[str, Any]], folded: torch.fx.Graph, qparam_key: str) -> None:
+    """Where FoldQuantOps kept a fake-quant as its own QUANTIZE op holding its qparams (tico from
+    0.4: the producer has other users, is an embedding, or already holds qparams inherited through
+    a view chain), that op carries them, and the producer's other users read the value as torch
+    does: the record's carrier becomes the QUANTIZE op and it has no float users."""
+    nodes = {node.name: node for node in folded.nodes}
+    for record in records:
+        kept = nodes.get(record.get("quantize", ""))
+        if kept is not None and record["tensor"] != kept.name \
+                and _same(record["scale"], record["zero_point"], kept.meta.get(qparam_key)):
+            record.update(tensor=kept.name, float_users=[], kept_quantize=True)
 
 
 # tico 0.3.0 passes after FoldQuantOps that copy qparams from one tensor to another.
@@ -132,8 +146,11 @@ def recording_folds() -> Iterator[list[dict[str, Any]]]:
     originals = [(FoldQuantOps, FoldQuantOps.call)]
 
     def fold(self: Any, exported_program: Any) -> Any:
-        recorded.extend(applied_qparams(exported_program.graph_module.graph, with_redundant=True))
-        return originals[0][1](self, exported_program)
+        records = applied_qparams(exported_program.graph_module.graph, with_redundant=True)
+        outcome = originals[0][1](self, exported_program)
+        follow_kept_quantizes(records, exported_program.graph_module.graph, QPARAM_KEY)
+        recorded.extend(records)
+        return outcome
 
     def after(original: Any, pass_name: str) -> Any:
         def call(self: Any, exported_program: Any) -> Any:

@@ -165,3 +165,21 @@ def test_existing_report_dir_given_with_a_space_is_refused_not_misread(tmp_path)
     fixed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", f"--wrapq-report-dir={tmp_path}"],
                            cwd=repo, capture_output=True, text=True, timeout=300)
     assert fixed.returncode == 0 and "tests collected" in fixed.stdout
+
+
+def test_an_identity_observer_is_float_by_policy_and_a_never_fed_affine_one_still_fails():
+    from types import SimpleNamespace
+
+    from tico.quantization.wrapq.observers.identity import IdentityObserver
+    from tico.quantization.wrapq.observers.minmax import MinMaxObserver
+
+    from harness.checks import calibration_coverage
+
+    root = torch.nn.Module()
+    root.obs_float = IdentityObserver(name="float")
+    root.obs_forgotten = MinMaxObserver(name="forgotten")
+    pipeline = SimpleNamespace(quantized=root, profile="tiny",
+                               case=SimpleNamespace(unused_observers_for=lambda profile: {}))
+    result = calibration_coverage.run(pipeline)
+    assert result.problems == ["observer obs_forgotten (MinMaxObserver): never fed: observed min/max are not finite"]
+    assert result.metrics["float_by_policy"] == 1 and any("IdentityObserver" in n for n in result.notes)

@@ -29,15 +29,19 @@ def _observer_problem(obs) -> str | None:
 
 def run(pipeline) -> CheckResult:
     from tico.quantization.wrapq.observers.base import ObserverBase
+    from tico.quantization.wrapq.observers.identity import IdentityObserver
 
     result = CheckResult()
     root = unwrap(pipeline.quantized)
     unused = pipeline.case.unused_observers_for(pipeline.profile)
-    inventory, allowed = [], []
+    inventory, allowed, float_by_policy = [], [], []
     for path, module in root.named_modules():
         if not isinstance(module, ObserverBase):
             continue
         inventory.append(path)
+        if isinstance(module, IdentityObserver):
+            float_by_policy.append(path)  # collects nothing by design: the value stays float
+            continue
         problem = _observer_problem(module)
         if problem is None:
             continue
@@ -51,7 +55,11 @@ def run(pipeline) -> CheckResult:
     for pattern in unused:
         if not any(fnmatch.fnmatchcase(path, pattern) for path in inventory):
             result.fail(f"unused_observers entry {pattern!r} matches no observer of the wrapper tree (stale allowlist)")
-    result.metrics.update({"observers": len(inventory), "unused_allowlisted": len(allowed)})
+    if float_by_policy:
+        result.notes.append(f"{len(float_by_policy)} IdentityObserver(s) keep their value float by policy: "
+                            f"{', '.join(float_by_policy[:4])}{', ...' if len(float_by_policy) > 4 else ''}")
+    result.metrics.update({"observers": len(inventory), "unused_allowlisted": len(allowed),
+                           "float_by_policy": len(float_by_policy)})
     result.evidence.update({"observers": inventory, "allowlisted": allowed})
     return result
 

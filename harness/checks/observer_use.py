@@ -44,9 +44,13 @@ def _counting(root, method: str) -> Iterator[dict[int, int]]:
 
 
 def _by_path(root, counts: dict[int, int]) -> dict[str, int]:
+    """Feed / use counts per observer path; an IdentityObserver keeps its value float by policy and
+    collects nothing by design, so it is not counted as an observer that should be fed."""
     from tico.quantization.wrapq.observers.base import ObserverBase
+    from tico.quantization.wrapq.observers.identity import IdentityObserver
 
-    return {path: counts.get(id(m), 0) for path, m in root.named_modules() if isinstance(m, ObserverBase)}
+    return {path: counts.get(id(m), 0) for path, m in root.named_modules()
+            if isinstance(m, ObserverBase) and not isinstance(m, IdentityObserver)}
 
 
 def run(pipeline) -> CheckResult:

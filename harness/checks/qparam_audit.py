@@ -1,5 +1,6 @@
 """Every tensor-producing node of the quantized exported graph has qparams, or its op is on
-the case's allowlist with a reason. Unexplained float nodes fail, each with its source line."""
+the case's allowlist with a reason. Unexplained float nodes fail, each with its source line; a
+float value that only reaches explicit QUANTIZE ops (a float boundary) is counted, not failed."""
 
 from collections import Counter
 
@@ -19,8 +20,13 @@ def run(pipeline) -> CheckResult:
             "missing_qparam": len(audit.missing),
             "missing_allowlisted": len(audit.missing) - len(unexplained),
             "missing_unexplained": len(unexplained),
+            "float_boundary": len(audit.float_boundary),
         }
     )
+    if audit.float_boundary:
+        result.evidence["float_boundary"] = audit.float_boundary
+        result.notes.append(f"{len(audit.float_boundary)} float value(s) quantized before any arithmetic reads them: "
+                            f"{', '.join(audit.float_boundary[:6])}")
     result.evidence["missing"] = [dict(n, allowed_because=allow.get(n["target"])) for n in audit.missing]
     result.evidence["by_target"] = dict(Counter(n["target"] for n in audit.missing))
     if audit.quantized_nodes == 0:
@@ -45,6 +51,7 @@ CHECK = Check(
         Metric("missing_unexplained", label="no-qparam, unexplained"),
         Metric("quantized_nodes", better=None, label="quantized nodes"),
         Metric("float_nodes", better=None, label="float nodes"),
+        Metric("float_boundary", better=None, label="float values quantized before use"),
     ),
     report="""{% set m = rec.get("metrics") or {} %}{% if m %}<div>{{ m.get("quantized_nodes") }} quantized, {{ m.get("float_nodes") }} float nodes;
   {{ m.get("missing_qparam") }} without qparam ({{ m.get("missing_allowlisted") }} allowlisted)</div>{% endif %}
