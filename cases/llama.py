@@ -641,8 +641,10 @@ CASES.append(
 CASES = with_expected(CASES, {
     "llama_attention_prefill": {"qparam_consistency": replaced_qparams()},
     "llama_attention_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
-    "llama_decoder_layer_prefill": {"qparam_consistency": replaced_qparams(llama_residual=True)},
-    "llama_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True, llama_residual=True)},
+    "llama_decoder_layer_prefill": {"qparam_consistency": replaced_qparams(llama_residual=True),
+                                    "qparam_audit": expect("llama-decoder-float-residual-stream")},
+    "llama_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True, llama_residual=True),
+                                   "qparam_audit": expect("llama-decoder-float-residual-stream")},
 })
 
 

@@ -23,7 +23,7 @@ def reproduce_command(nodeid: str, tico: str | None = None) -> str:
     return f"{prefix}./scripts/env.sh pytest {shlex.quote(nodeid)}"
 
 
-def _lines(record: dict[str, Any]) -> list[str]:
+def item_lines(record: dict[str, Any]) -> list[str]:
     """Every line a failed item said: its problems, its failed stage's message, pytest's report."""
     stage = record.get("stage_error") or {}
     text = "\n".join([*(record.get("problems") or []), stage.get("message") or "", record.get("message") or ""])
@@ -63,7 +63,7 @@ def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dic
                 item["undeclared"].append(_where(record))
                 if item["reproduce"] is None and record.get("nodeid"):
                     item["reproduce"] = reproduce_command(record["nodeid"], tico)
-            change = None if similar else api_change_of(_lines(record))
+            change = None if similar else api_change_of(item_lines(record), _where(record))
             if change:
                 if change not in api_changes:
                     api = registry().api_changes[change]

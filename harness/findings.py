@@ -14,6 +14,7 @@ error; on any other tico it is reported fixed.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import functools
 import re
 import tomllib
@@ -46,6 +47,9 @@ class Finding:
     cause: str
     symbols: tuple[str, ...]
     patterns: Mapping[str, tuple[str, ...]]
+    # the tico this finding was first diagnosed on, where that is not [recorded] (a defect a newer
+    # tico brought): the recorded tico does not show it, so expectations of it hold elsewhere only
+    since: str | None = None
 
     def patterns_for(self, check: str) -> tuple[str, ...]:
         """The check's own patterns, else the ones for any check (e.g. a stage every check meets)."""
@@ -67,6 +71,9 @@ class ApiChange:
     follow: str
     symbols: tuple[str, ...]
     patterns: tuple[str, ...]
+    # fnmatch globs over 'case[profile]::check' the change explains failures of; empty: any item
+    # (a symptom as generic as a moved golden needs the cases named)
+    where: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,8 +118,11 @@ def parse(data: Mapping[str, Any], where: str = "findings") -> Registry:
         if not isinstance(patterns, dict) or not patterns:
             raise FindingsError(f"{at}: patterns must map check names (or 'any') to lists of regular expressions")
         checked = {check: _checked_patterns(at, items, f"patterns.{check}") for check, items in patterns.items()}
+        since = raw.get("since")
+        if since is not None and (not isinstance(since, str) or not since.strip()):
+            raise FindingsError(f"{at}: since must name the tico version the finding was diagnosed on")
         findings[fid] = Finding(fid, raw["title"].strip(), " ".join(raw["cause"].split()),
-                                tuple(raw.get("symbols") or ()), checked)
+                                tuple(raw.get("symbols") or ()), checked, since)
     return Registry(recorded["version"], recorded["source_sha256"], findings,
                     _parse_api_changes(data.get("api_change") or [], where, set(findings)))
 
@@ -147,8 +157,11 @@ def _parse_api_changes(raws: list, where: str, finding_ids: set[str]) -> dict[st
         patterns = _checked_patterns(at, raw.get("patterns"), "patterns")
         if any(PROBE in p for p in patterns):
             raise FindingsError(f"{at}: an API change's patterns take no {PROBE}")
+        where = raw.get("where") or []
+        if not isinstance(where, list) or not all(isinstance(w, str) and w for w in where):
+            raise FindingsError(f"{at}: where must be a list of 'case[profile]::check' globs")
         changes[cid] = ApiChange(cid, raw["title"].strip(), raw["since"].strip(), " ".join(raw["follow"].split()),
-                                 tuple(raw.get("symbols") or ()), patterns)
+                                 tuple(raw.get("symbols") or ()), patterns, tuple(where))
     return changes
 
 
@@ -163,6 +176,17 @@ def registry(path: Path = FINDINGS_FILE) -> Registry:
 def recorded_here() -> bool:
     """Whether the tico this process imports is the one the findings were recorded on (same sources)."""
     return identity().get("source_sha256") == registry().recorded_sources
+
+
+def for_this_tico(expectation: Expected) -> Expected | None:
+    """``expectation`` without the findings a newer tico brought (``since``) when this is the tico
+    the findings were recorded on, where they cannot occur; None when nothing is left."""
+    if not recorded_here():
+        return expectation
+    reg = registry()
+    parts = tuple(part for part in expectation.parts
+                  if part.finding is None or part.finding not in reg.findings or not reg.findings[part.finding].since)
+    return Expected(parts=parts) if parts else None
 
 
 def _expand(patterns: Iterable[str], probes: tuple[str, ...]) -> tuple[str, ...]:
@@ -231,14 +255,17 @@ def looks_like(check: str, line: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=1)
-def _api_patterns() -> tuple[tuple[str, tuple[re.Pattern, ...]], ...]:
-    return tuple((c.id, tuple(re.compile(p) for p in c.patterns)) for c in registry().api_changes.values())
+def _api_patterns() -> tuple[tuple[str, tuple[str, ...], tuple[re.Pattern, ...]], ...]:
+    return tuple((c.id, c.where, tuple(re.compile(p) for p in c.patterns)) for c in registry().api_changes.values())
 
 
-def api_change_of(lines: Iterable[str]) -> str | None:
-    """The API change whose pattern matches one of a failed item's lines (matchable form), or None."""
+def api_change_of(lines: Iterable[str], where: str = "") -> str | None:
+    """The API change whose pattern matches one of a failed item's lines (matchable form), or None.
+    ``where`` ('case[profile]::check') is held against a change's ``where`` globs."""
     texts = [matchable(line) for line in lines if line]
-    for cid, patterns in _api_patterns():
+    for cid, globs, patterns in _api_patterns():
+        if globs and not any(fnmatch.fnmatchcase(where, g) for g in globs):
+            continue
         if any(p.search(text) for p in patterns for text in texts):
             return cid
     return None

@@ -215,3 +215,16 @@ def test_review_mode_through_pytest(pytester, recorded):
     statuses = {f["id"]: f["status"] for f in doc["run"]["findings"]}
     assert statuses == {"gone-finding": "fixed"}
     assert "fixed  gone-finding" in result.stdout.str()
+
+
+def test_a_finding_a_newer_tico_brought_is_not_expected_on_the_recorded_one(monkeypatch):
+    from harness import findings
+
+    newer = registry().get("llama-decoder-float-residual-stream")
+    assert newer.since and newer.since != registry().recorded_version
+    both = expect("rotate-half-two-qparams", check="qparam_consistency") + expect(newer.id)
+    monkeypatch.setattr(findings, "recorded_here", lambda: True)
+    assert findings.for_this_tico(both).findings == ("rotate-half-two-qparams",)
+    assert findings.for_this_tico(expect(newer.id)) is None
+    monkeypatch.setattr(findings, "recorded_here", lambda: False)
+    assert findings.for_this_tico(both).findings == ("rotate-half-two-qparams", newer.id)

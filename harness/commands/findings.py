@@ -51,7 +51,8 @@ def _print_registry() -> None:
           f"(sources {reg.recorded_sources[:12]}):")
     for finding in reg.findings.values():
         cases = sorted({where.split(":")[0] for where in declared.get(finding.id, [])})
-        print(f"  {finding.id}: {finding.title}")
+        since = f" (since tico {finding.since})" if finding.since else ""
+        print(f"  {finding.id}: {finding.title}{since}")
         print(f"      checks: {', '.join(finding.checks)}; declared by {len(cases)} case(s)"
               + (f": {', '.join(cases[:4])}{', ...' if len(cases) > 4 else ''}" if cases else ""))
     if reg.api_changes:
