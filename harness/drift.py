@@ -19,6 +19,8 @@ from packaging.version import InvalidVersion, Version
 from tabulate import tabulate
 
 from harness.expectations import NOW_PASSES
+from harness.finding_status import item_lines
+from harness.findings import api_change_of
 
 WATCHED = ("transformers", "tico", "torch", "huggingface_hub", "tokenizers", "safetensors")
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")
@@ -92,11 +94,23 @@ def label_record(record: dict[str, Any], moves: list[dict[str, Any]]) -> None:
             "versions": describe_moves(moves),
             "error": headline(record.get("message", ""))[:500],
             "kind": "expected failure now passes" if strict_pass else record["outcome"],
+            "explained_by": explained_by(record),
         }
 
 
+def explained_by(record: dict[str, Any]) -> str:
+    """What the findings data says a drifted item is: a known finding, a tico change the case must
+    follow, or nothing known (harness/finding_status.py sorts whole runs the same way)."""
+    if record.get("looks_like"):
+        return "finding " + ", ".join(record["looks_like"])
+    where = f"{record.get('case')}[{record.get('profile')}]::{record.get('check')}"
+    change = api_change_of(item_lines(record), where)
+    return f"tico change {change} (the case must follow)" if change else "unexplained"
+
+
 def render_drift_table(records: dict[str, dict[str, Any]], moves: list[dict[str, Any]]) -> str:
-    rows = [[r["nodeid"], r["drift"]["kind"], r["drift"]["error"][:140]]
+    rows = [[r["nodeid"], r["drift"]["kind"], r["drift"].get("explained_by", ""), r["drift"]["error"][:80]]
             for r in sorted(records.values(), key=lambda r: r["nodeid"]) if r.get("drift")]
     head = f"drift against the pinned stack: {describe_moves(moves)}; {len(rows)} item(s) drifted"
-    return head if not rows else head + "\n" + tabulate(rows, headers=["item", "kind", "error"], tablefmt="simple")
+    return head if not rows else head + "\n" + tabulate(rows, headers=["item", "kind", "explained by", "error"],
+                                                         tablefmt="simple")

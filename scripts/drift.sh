@@ -7,7 +7,10 @@
 #
 # Builds .venv-drift (torch stays at the pinned CPU wheel: drift is about the HF/tico stack),
 # then runs `pytest -n auto --drift`: every failure is reported as drift with the versions that
-# moved and the error (terminal section "wrapq drift", reports/drift/results.json and report.html).
+# moved, the error and what the findings data explains it by: a known finding, a tico change the
+# case must follow, or nothing known (terminal section "wrapq drift", reports/drift/results.json).
+# To judge one tico build (a nightly, a checkout) with everything else pinned, use WRAPQ_TICO
+# (docs/tico-under-review.md): a finding fixed there is reported fixed, not as drift.
 # Exit status is pytest's: non-zero when anything drifted.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

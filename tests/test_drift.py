@@ -87,3 +87,13 @@ def test_headline_skips_worker_banner_and_finds_the_cause():
         == "- [default] PEIR 0.3 exceeds threshold 0.1"
     assert headline(banner + "cls = <class 'CallInfo'>\n>   raise\nE   ImportError: no name 'y'\n") == "ImportError: no name 'y'"
     assert _same_release("2.13.0+cpu", "2.13.0") and not _same_release("5.24.0", "5.22.2")
+
+
+def test_a_drifted_item_says_what_the_findings_data_explains_it_by():
+    from harness.drift import explained_by
+
+    base = {"case": "llama_model", "profile": "tiny", "check": "rotary_parity", "outcome": "failed"}
+    moved_api = dict(base, message="E   AttributeError: 'QuantLlamaModel' object has no attribute 'rope_cos_template'")
+    assert explained_by(moved_api) == "tico change rope-templates-removed (the case must follow)"
+    assert explained_by(dict(base, looks_like=["rotate-half-two-qparams"])) == "finding rotate-half-two-qparams"
+    assert explained_by(dict(base, problems=["something no finding knows"])) == "unexplained"
