@@ -1,17 +1,27 @@
-"""Apply a profile's reviewed limits table (cases/_limits_<profile>.py, proposed by
-``python -m harness limits``) to the cases of one case file."""
+"""Apply a profile's reviewed limits table (``cases/limits/<profile>.json``, written by
+``python -m harness limits --write``) to the cases of one case file."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import json
+from pathlib import Path
 from typing import Mapping
 
 from harness import Expected, ProfileLimits
 
 
+LIMITS_DIR = Path(__file__).resolve().parent / "limits"
+
+
 def limits_table(profile: str) -> dict[str, tuple[dict[str, dict[str, float]], str]]:
-    return importlib.import_module(f"cases._limits_{profile}").LIMITS
+    """case -> (check -> settings fields, where the numbers come from), from the profile's data file."""
+    path = LIMITS_DIR / f"{profile}.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"limits table {path} cannot be read: {exc}") from None
+    return {case: (entry["settings"], entry["source"]) for case, entry in doc["cases"].items()}
 
 
 def with_profile_limits(cases: list, profile: str,

@@ -512,13 +512,13 @@ CASES = with_expected(CASES, {
 })
 
 
-# The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
+# The nightly profile's own limits, with their sources (cases/limits/e2b_dims.json).
 _NO_STANDARDIZE = {"gemma4_vision_model": {"obs_minus_bias": (
     "QuantGemma4VisionModel applies obs_minus_bias only when config.standardize "
     "(gemma4/quant_vision_model.py:187-196); the E2B vision config, like TICO's e2b_dims and e2b_static_runtime "
     "smoke, does not standardize, so at this width it is never fed")}}
 CASES = with_profile_limits(CASES, "e2b_dims", unused_observers=_NO_STANDARDIZE)
-# The static_runtime profile's limits (cases/_limits_static_runtime.py); E2B widths, so the same allowlist.
+# The static_runtime profile's limits (cases/limits/static_runtime.json); E2B widths, so the same allowlist.
 # Its encoder calibration sample is TICO's static layout, padded (build_vision_encoder), so the attention-mask
 # observer sees the -120 fill: the padding hazard's cause is absent there and mask_quant must pass.
 CASES = with_profile_limits(CASES, "static_runtime", unused_observers=_NO_STANDARDIZE,

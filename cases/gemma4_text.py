@@ -608,6 +608,6 @@ CASES = with_expected(CASES, {
 })
 
 
-# The nightly profiles' own limits, with their sources (cases/_limits_e2b_dims.py, cases/_limits_static_runtime.py).
+# The nightly profiles' own limits, with their sources (cases/limits/e2b_dims.json, cases/limits/static_runtime.json).
 CASES = with_profile_limits(CASES, "e2b_dims")
 CASES = with_profile_limits(CASES, "static_runtime")

@@ -648,7 +648,7 @@ CASES = with_expected(CASES, {
 })
 
 
-# The static_runtime profile's limits (cases/_limits_static_runtime.py). At Llama 3.2-3B widths the decode layer
+# The static_runtime profile's limits (cases/limits/static_runtime.json). At Llama 3.2-3B widths the decode layer
 # has 8 KV heads, so its unrolled attention shows the per-head present-V finding (cases/_shared_diagnoses.py) the
 # 1-KV-head tiny config cannot (measured at static_runtime: 8 concatenations cat_2 .. cat_44, one per head).
 _DECODE_QPARAMS = next(c for c in CASES if c.name == "llama_decoder_layer_decode").expected_failures["qparam_consistency"]

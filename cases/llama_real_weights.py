@@ -22,7 +22,7 @@ capabilities and diagnosed expectations; here each case takes ONE module of the 
 The static window (``max_position_embeddings``) is ``WINDOW`` tokens. Calibration text and
 evaluation text are disjoint sets of Python's language-reference help topics
 (``harness.real_weights.text``). No goldens: the profile's limits gate
-(``cases/_limits_real_weights.py``).
+(``cases/limits/real_weights.json``).
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ _TINY = {case.name: case for case in llama.CASES}
 # profile_limits: the tiny case's other profiles' limits (its nightly static_runtime) are not this profile's
 _REAL = dict(profiles=(PROFILE,), golden_profiles=(), unavailable=rw.unavailable_reason, profile_limits={})
 # Every accuracy field gated, so `python -m harness limits --profile real_weights` proposes each;
-# the reviewed table (cases/_limits_real_weights.py) replaces these placeholders.
+# the reviewed table (cases/limits/real_weights.json) replaces these placeholders.
 _UNMEASURED = {"quant_accuracy": {"max_mean_abs_diff": 1e6, "max_abs_diff": 1e6, "max_peir": 1e6, "min_sqnr_db": -1e6},
                # beside each site table, the same sites on random weights of the same shapes
                "attribution": {"random_weights_contrast": True}}

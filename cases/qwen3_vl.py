@@ -299,9 +299,9 @@ CASES = with_expected(CASES, {
 })
 
 
-# The nightly profile's own limits, with their sources (cases/_limits_e2b_dims.py).
+# The nightly profile's own limits, with their sources (cases/limits/e2b_dims.json).
 CASES = with_profile_limits(CASES, "e2b_dims")
-# The static_runtime profile's limits (cases/_limits_static_runtime.py).
+# The static_runtime profile's limits (cases/limits/static_runtime.json).
 CASES = with_profile_limits(CASES, "static_runtime")
 
 

@@ -14,9 +14,9 @@ the runs becomes a limit with ``MARGIN`` headroom (a "higher is better" metric i
 rounding flip of the Circle runtime); a counted metric (whole Circle steps) is proposed as the
 count it measured, at least its floor. Only fields the case gates (not None in the settings the
 run recorded) are proposed, plus a ``limit_fallback`` metric whose own limit would exceed its
-fallback's. The output is a module (``LIMITS = {case: ({check: {field: limit}}, source)}``) to
-review and save as ``cases/_limits_<profile>.py``; case files apply it with
-``cases._profile_limits.with_profile_limits``. Each source states the measured values, the
+fallback's. The output is the profile's limits data (``{"cases": {case: {"settings": {check: {field:
+limit}}, "source": ...}}}``); ``--write`` merges it into ``cases/limits/<profile>.json``, which case
+files apply with ``cases._profile_limits.with_profile_limits``. Each source states the measured values, the
 runs and the margin. A limit is only as good as the runs it was measured on: measure on clean
 tico, under more than one kernel selection, and say so in the source.
 """
@@ -133,34 +133,52 @@ def propose(runs: list[list[dict]], profile: str, checks: dict[str, dict[str, An
     return proposals
 
 
-def render(proposals: dict[str, dict[Field, tuple[float, float, str]]], profile: str, run_names: list[str]) -> str:
-    """A reviewable module: each case's gated fields and the source of the numbers."""
+def table(proposals: dict[str, dict[Field, tuple[float, float, str]]], profile: str,
+          run_names: list[str]) -> dict[str, Any]:
+    """The limits data of a profile (``cases/limits/<profile>.json``): each case's gated fields and
+    the source of the numbers."""
     margin = (f"{MARGIN}x the worst (dB metrics {SQNR_MARGIN_DB} dB below it; Circle max steps: the whole steps "
               f"counted; never below a metric's floor: one flip for Circle steps, 0.1 for mean steps)")
-    lines = [f'"""Limits for profile {profile!r}, proposed by python -m harness limits from clean runs '
-             f"({', '.join(run_names)}) and reviewed.",
-             "",
-             "Each entry replaces those settings fields of the case on this profile (the other fields",
-             'stay as the case states them); its source says what was measured."""',
-             "",
-             "LIMITS = {"]
+    cases: dict[str, Any] = {}
     for case, fields in proposals.items():
         measured = ", ".join(f"{metric} {worst:.4g}" for (_, _), (_, worst, metric) in fields.items())
-        source = (f"measured on clean tico, {profile}, worst over {len(run_names)} kernel selection(s) "
-                  f"({', '.join(run_names)}): {measured}; limits {margin}")
         by_check: dict[str, dict[str, float]] = {}
         for (check, field), (limit, _, _) in fields.items():
             by_check.setdefault(check, {})[field] = limit
-        body = ", ".join(f'"{check}": {{' + ", ".join(f'"{f}": {v:g}' for f, v in values.items()) + "}"
-                         for check, values in by_check.items())
-        lines.append(f'    "{case}": ({{{body}}},\n        {source!r}),')
-    lines.append("}")
-    return "\n".join(lines)
+        cases[case] = {"settings": by_check,
+                       "source": (f"measured on clean tico, {profile}, worst over {len(run_names)} kernel selection(s) "
+                                  f"({', '.join(run_names)}): {measured}; limits {margin}")}
+    return {"profile": profile,
+            "about": (f"Limits for profile {profile!r}, proposed by python -m harness limits from clean runs "
+                      f"({', '.join(run_names)}) and reviewed. Each entry replaces those settings fields of the "
+                      f"case on this profile (the other fields stay as the case states them); its source says "
+                      f"what was measured."),
+            "cases": cases}
+
+
+def render(proposals: dict[str, dict[Field, tuple[float, float, str]]], profile: str, run_names: list[str]) -> str:
+    return json.dumps(table(proposals, profile, run_names), indent=1) + "\n"
+
+
+def write(path: Path, proposed: dict[str, Any]) -> list[str]:
+    """Merge ``proposed`` into the data file at ``path``: the proposed cases' entries are replaced,
+    every other case's reviewed entry is kept. Returns the cases written."""
+    try:
+        current = json.loads(path.read_text())
+    except FileNotFoundError:
+        current = {"profile": proposed["profile"], "about": proposed["about"], "cases": {}}
+    current["cases"] = dict(sorted({**current.get("cases", {}), **proposed["cases"]}.items()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(current, indent=1) + "\n")
+    return sorted(proposed["cases"])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness limits", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", required=True)
+    parser.add_argument("--write", nargs="?", const=True, default=None, metavar="PATH",
+                        help="merge the proposal into the profile's limits data (default cases/limits/<profile>.json) "
+                        "instead of printing it; review the diff before committing")
     parser.add_argument("results", nargs="+", type=Path, help="results.json of clean runs of the profile")
     args = parser.parse_args(argv)
     docs = [json.loads(path.read_text()) for path in args.results]
@@ -173,7 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     if not proposals:
         print(f"no gated metric of profile {args.profile!r} in {', '.join(map(str, args.results))}")
         return 1
-    print(render(proposals, args.profile, [path.parent.name for path in args.results]))
+    proposed = table(proposals, args.profile, [path.parent.name for path in args.results])
+    if args.write is None:
+        print(json.dumps(proposed, indent=1))
+        return 0
+    path = Path("cases/limits") / f"{args.profile}.json" if args.write is True else Path(args.write)
+    written = write(path, proposed)
+    print(f"wrote limits of {len(written)} case(s) to {path}: {', '.join(written)}; review `git diff {path}`")
     return 0
 
 

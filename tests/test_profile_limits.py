@@ -5,6 +5,7 @@ measured clean runs (worst over kernel selections plus a stated margin) for revi
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -13,7 +14,7 @@ from harness.case import CaseDefinitionError, ProfileLimits
 from harness.check_settings import validate
 from harness.checks import all_checks, describe_checks
 from harness.checks.quant_accuracy import CHECK as QUANT_ACCURACY
-from harness.limits import propose, render
+from harness.limits import propose, render, write
 from harness.pipeline import Pipeline
 
 CHECKS = describe_checks(all_checks())
@@ -56,7 +57,7 @@ def _record(case, check, metrics, profile="wide"):
     return {"case": case, "check": check, "profile": profile, "metrics": metrics}
 
 
-def test_the_proposer_takes_the_worst_run_and_states_its_margin():
+def test_the_proposer_takes_the_worst_run_and_states_its_margin(tmp_path):
     native = [dict(_record("c", "quant_accuracy", {"peir": 0.08, "sqnr_db": 20.0, "peir[padded]": 0.09,
                                                    "mean_abs_diff": 0.5}),
                    settings={"max_peir": 0.05, "min_sqnr_db": 25.0, "max_mean_abs_diff": None, "max_abs_diff": None}),
@@ -77,14 +78,18 @@ def test_the_proposer_takes_the_worst_run_and_states_its_margin():
     assert limits[("circle_replay", "extra_max_steps")] == (3.0, 3.0)
     # not gated by the case
     assert ("quant_accuracy", "max_mean_abs_diff") not in limits and ("circle_replay", "mean_steps") not in limits
-    text = render({"c": proposal}, "wide", ["native", "scalar"])
-    assert "LIMITS = {" in text and "worst over 2 kernel selection(s) (native, scalar)" in text
-    namespace: dict = {}
-    exec(text, namespace)  # the proposal is a module the case files can apply as it is
-    settings, source = namespace["LIMITS"]["c"]
-    assert settings == {"quant_accuracy": {"max_peir": 0.13, "min_sqnr_db": 17.5},
-                        "circle_replay": {"max_steps": 1.0, "extra_max_steps": 3.0}}
-    assert "peir 0.1" in source
+    doc = json.loads(render({"c": proposal}, "wide", ["native", "scalar"]))
+    assert "worst over 2 kernel selection(s) (native, scalar)" in doc["cases"]["c"]["source"]
+    assert doc["cases"]["c"]["settings"] == {"quant_accuracy": {"max_peir": 0.13, "min_sqnr_db": 17.5},
+                                             "circle_replay": {"max_steps": 1.0, "extra_max_steps": 3.0}}
+    assert "peir 0.1" in doc["cases"]["c"]["source"]
+    # --write merges: the proposed case's entry is replaced, a reviewed entry of another case is kept
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps({"profile": "wide", "about": "x", "cases": {
+        "c": {"settings": {}, "source": "old"}, "other": {"settings": {"q": {"f": 1}}, "source": "reviewed"}}}))
+    assert write(path, doc) == ["c"]
+    merged = json.loads(path.read_text())["cases"]
+    assert merged["other"]["source"] == "reviewed" and merged["c"] == doc["cases"]["c"]
 
 
 def test_every_nightly_case_states_its_limits_and_no_entry_is_stale():

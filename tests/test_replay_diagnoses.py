@@ -330,7 +330,7 @@ def test_quantized_bias_explains_the_gemma4_vision_model_gap():
     from tico.circle.runtime.kernels.base import ExecutionMode
     from tico.circle.runtime.quantization import dequantize_array
 
-    from cases._limits_e2b_dims import LIMITS
+    from cases._profile_limits import limits_table
     from harness.qparam_consistency import circle_bias
 
     case = _gemma4_vision_model()
@@ -364,7 +364,7 @@ def test_quantized_bias_explains_the_gemma4_vision_model_gap():
                 into.append(float((circle.reshape(out.shape) - out).abs().max()) / step)
     assert sum(s >= 1 - 1e-4 for s in without) >= 2, without   # measured 4 of 12 inputs one level apart
     assert max(with_) == 0, with_                               # measured 0 (native, avx2, scalar kernels)
-    assert LIMITS["gemma4_vision_model"][0]["circle_replay"]["max_steps"] == 1.0   # e2b_dims: the one-flip floor
+    assert limits_table("e2b_dims")["gemma4_vision_model"][0]["circle_replay"]["max_steps"] == 1.0   # e2b_dims: the one-flip floor
 
 
 def test_an_integer_bias_off_the_rounding_rule_is_not_absorbed(monkeypatch):
