@@ -150,7 +150,7 @@ def _settings(name: str) -> dict:
 
 
 # Verified in tico 0.3.0 and reproduced (groups=1 and groups=in_channels are not decomposed and
-# quantize their bias; README "CNN-family cases").
+# quantize their bias; docs/cases.md).
 GROUPED_CONV_FLOAT_BIAS = expect("grouped-conv-float-bias")
 
 

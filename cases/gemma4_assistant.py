@@ -329,7 +329,7 @@ CASES = [
         # mean 0.00147 / max 0.00616 / PEIR 0.0164. Circle replay == aligned torch QUANT (0 steps, output,
         # K and V) under native (AVX-512), avx2 and scalar kernels (2026-12-02). The 4 / 7 / 5 int16 steps
         # the scalar kernels used to move torch by came from torch's GEMM; the aligned copy now computes
-        # FULLY_CONNECTED as Circle's kernel does (README, Circle replay), so the limit is the one-flip floor.
+        # FULLY_CONNECTED as Circle's kernel does (docs/diagnosis.md), so the limit is the one-flip floor.
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.011, "max_abs_diff": 0.026, "max_peir": 0.055},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},

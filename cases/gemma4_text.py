@@ -191,7 +191,7 @@ _EMPTY_SLOTS = (
     "ends with scale 1 / zero-point 0, so in QUANT the -120 on the 2 empty static-cache slots clamps to 0 "
     "and they keep softmax weight; the partial_cache sample's accuracy is measured (quant_accuracy) but "
     "not gated. Calibrating with one partial-cache step keeps the fill but stretches obs_mask_add over "
-    "-120, which coarsens every logit (the shared mask-add observer, see README)"
+    "-120, which coarsens every logit (the shared mask-add observer, see docs/profiles.md)"
 )
 _EMPTY_SLOTS_PROBLEMS = expect("mask-fill-clamped-by-observer", check="mask_quant", probes=("partial_cache",))
 

@@ -327,7 +327,7 @@ CASES = with_profile_limits(CASES, PROFILE)
 # The same wrapper (QuantLlamaForCausalLM), inputs and calibration as llama_for_causal_lm_real_2l, with all 30
 # layers, for perplexity / top-1 / KL of the model users deploy. No export capability: converting the
 # whole model is not spent nightly; the 2-layer case exports, converts and replays the same wrapper classes.
-# Run: ./scripts/real-weights.sh whole-model (quant_accuracy and lm_quality; README "The real_weights profile").
+# Run: ./scripts/real-weights.sh whole-model (quant_accuracy and lm_quality; docs/profiles.md "The real_weights profile").
 FULL_PROFILE = "real_weights_full"
 N_LAYERS_FULL = 30
 

@@ -128,7 +128,7 @@ def _convert_child(child):
 _LEAF = dict(family="nn", profiles=("tiny",))
 
 CASES = [
-    # Limits: measured on the pinned stack, with margin (see README for the numbers).
+    # Limits: measured on the pinned stack, with margin (docs/profiles.md has the numbers).
     Case(name="nn_linear", build=build_linear, seed=123, expected_wrapper="QuantLinear", ptq_config=linear_policy,
          settings={
              "quant_accuracy": {"max_mean_abs_diff": 0.06, "max_peir": 0.08},

@@ -16,7 +16,7 @@ is the same under every kernel selection. Then the default wrapq PTQ flow wraps 
 
 The ``rotation_handoff`` check gates that the rotated float model computes what the original did,
 that the wrapper tree holds and runs every tensor SpinQuant computed, and reports the quantized
-accuracy against wrapq PTQ of the original alone (README "SpinQuant handoff").
+accuracy against wrapq PTQ of the original alone (docs/algorithms.md "SpinQuant handoff").
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ _SETTINGS = {
         "quant_accuracy": {"max_mean_abs_diff": 0.331, "max_abs_diff": 3.66, "max_peir": 0.0292, "min_sqnr_db": 33.88},
         "lm_quality": {"max_ppl_ratio": 1.11, "min_top1_agreement": 0.78, "max_kl_divergence": 0.0186},
         # decoder-layer sites only: SpinQuant + wrapq 41.00 dB vs wrapq alone 37.35 dB, +3.654 dB (both kernels);
-        # the whole model -0.186 dB is not gated (README "SpinQuant handoff": the unrotated boundary sites)
+        # the whole model -0.186 dB is not gated (docs/algorithms.md "SpinQuant handoff": the unrotated boundary sites)
         "rotation_handoff": {"min_claimed_sqnr_gain_db": 2.15},
     },
 }

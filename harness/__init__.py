@@ -1,7 +1,7 @@
 """wrapq validation harness: generic checks for TICO PTQ wrappers against Hugging Face modules.
 
-What a case file or an out-of-tree check needs is exported here (README "Writing a case",
-"Writing a check"); the rest of the package is the harness's own."""
+What a case file or an out-of-tree check needs is exported here (README "Add a case" and
+"Add a check"); the rest of the package is the harness's own."""
 
 from harness.algorithm import AlgorithmCapability, AlgorithmRecord, WeightGrid, capture_linear_inputs
 from harness.case import (

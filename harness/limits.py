@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 # Headroom over the worst clean value seen across kernel selections: the cross-selection spread
-# measured on the tiny goldens is far below it (README "Portable goldens"), while the seeded
+# measured on the tiny goldens is far below it (docs/goldens.md "Portable goldens"), while the seeded
 # observer defects move these metrics by more than it.
 MARGIN = 1.25
 SQNR_MARGIN_DB = 1.5

@@ -5,7 +5,7 @@ thread count) changes float results in the last bits, and in deep quantized grap
 rounding flip upstream moves the output by whole quantization steps. Comparing bit patterns,
 or element-wise in steps, gates on the machine instead of the code. So each golden tensor is
 compared by a statistic that is stable across kernel selections for its kind, with limits set
-from measurements (``scripts/golden_noise.py``; README "Portable goldens"):
+from measurements (``scripts/golden_noise.py``; docs/goldens.md "Portable goldens"):
 
 * float tensors (reference outputs, rotary tables, quantized masks): the largest difference
   relative to the tensor's own magnitude (``float_rel``);
@@ -37,7 +37,7 @@ import torch
 @dataclass(frozen=True)
 class GoldenTolerance:
     """Portable golden limits: the golden check's settings (a case overrides them with
-    ``settings={"golden": {...}}``; the numbers come from scripts/golden_noise.py, README
+    ``settings={"golden": {...}}``; the numbers come from scripts/golden_noise.py, docs/goldens.md
     "Portable goldens").
 
     float tensors: max |diff| / max |golden| <= ``float_rel`` (measured noise <= 3.4e-6).

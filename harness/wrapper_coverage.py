@@ -11,7 +11,7 @@ The plugin attaches the result to the last item of each case group (``wrapper_co
 that item's record in results.json), so it travels with pytest's reports and merges across
 xdist workers like every other record field. ``wrapper_coverage.json`` (committed) is the
 same measurement for every tiny case, taken by ``python -m harness wrappers --measure
---write``; the README table and the reasons check (``cases/_wrapper_coverage.py``) read it.
+--write``; the table in docs/wrapper-coverage.md and the reasons check (``cases/_wrapper_coverage.py``) read it.
 """
 
 from __future__ import annotations
@@ -289,13 +289,13 @@ def load_reasons() -> dict[str, str]:
     return dict(importlib.import_module("cases._wrapper_coverage").UNEXERCISED)
 
 
-def write_readme(text: str, readme: Path = ROOT / "README.md") -> None:
+def write_readme(text: str, readme: Path = ROOT / "docs" / "wrapper-coverage.md") -> None:
     content = readme.read_text()
     start, end = content.index(BEGIN) + len(BEGIN), content.index(END)
     readme.write_text(content[:start] + "\n" + text + "\n" + content[end:])
 
 
-def readme_table(readme: Path = ROOT / "README.md") -> str:
+def readme_table(readme: Path = ROOT / "docs" / "wrapper-coverage.md") -> str:
     content = readme.read_text()
     return content[content.index(BEGIN) + len(BEGIN):content.index(END)].strip()
 

@@ -27,7 +27,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.wrapq-stamp 2>/dev/null)" != "$d
     python3.11 -m venv .venv
     # torch first: pinned to the CPU wheel so nothing pulls a CUDA build.
     .venv/bin/pip install "${pip_quiet[@]}" -c constraints.txt torch==2.13.0
-    .venv/bin/pip install "${pip_quiet[@]}" -c constraints.txt -e .
+    .venv/bin/pip install "${pip_quiet[@]}" -c constraints.txt -e ".[dev]"
     echo "$deps_stamp" > .venv/.wrapq-stamp
 fi
 venv="$root/.venv"

@@ -1,7 +1,7 @@
 """Where the Circle runtime and circle_replay's aligned torch copy part: every fake-quant the copy
 applies, compared with the value the runtime holds for the tensor that carries its qparams
 (``CircleReferenceRuntime.run(..., trace=True)``), in graph order, in steps of that tensor's scale.
-The first row with a step is where a diagnosis starts (README, Circle replay).
+The first row with a step is where a diagnosis starts (docs/diagnosis.md).
 
 usage: ./scripts/env.sh python scripts/trace_replay.py CASE [PROFILE] [--no-biases]
 

@@ -1,5 +1,5 @@
 """What the algorithm cases found on tico 0.3.0, each reproduced with the smallest change that
-removes it (README "PTQ algorithms before wrapq")."""
+removes it (docs/algorithms.md)."""
 
 from __future__ import annotations
 

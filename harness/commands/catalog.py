@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-HELP = "print or write the README case x check catalog"
+HELP = "print or write the case x check catalog (docs/catalog.md)"
 
 
 def main(argv: list[str]) -> int:

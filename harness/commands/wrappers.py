@@ -5,7 +5,7 @@
     python -m harness wrappers --measure --case llama_mlp --case nn_linear
     python -m harness wrappers --from reports/results.json   # the map a matrix run recorded
 
-``--write`` (with ``--measure``) rewrites ``wrapper_coverage.json`` and the README table.
+``--write`` (with ``--measure``) rewrites ``wrapper_coverage.json`` and the table in docs/wrapper-coverage.md.
 Exit status 1 when the map and ``cases/_wrapper_coverage.py`` disagree (a registered wrapper
 no case exercises without a reason, or a stale reason); the problems are printed.
 """
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     source.add_argument("--from", dest="results", type=Path, help="read the map from a results.json")
     parser.add_argument("--case", action="append", help="with --measure: only this case (repeatable)")
     parser.add_argument("--write", action="store_true", help="with --measure over every case: rewrite "
-                        "wrapper_coverage.json and the README table")
+                        "wrapper_coverage.json and the table in docs/wrapper-coverage.md")
     parser.add_argument("--json", action="store_true", help="print the per-case records as JSON")
     args = parser.parse_args(argv)
     if args.write and (not args.measure or args.case):
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
             return 1
         wc.SNAPSHOT.write_text(json.dumps(wc.snapshot_document(per_case), indent=1, sort_keys=True) + "\n")
         wc.write_readme(wc.table(per_case, reasons, registered))
-        print(f"wrote {wc.SNAPSHOT.name} and the README table", file=sys.stderr)
+        print(f"wrote {wc.SNAPSHOT.name} and the table in docs/wrapper-coverage.md", file=sys.stderr)
     partial = bool(args.case)
     found = [] if partial else wc.problems(registered, wc.aggregate(per_case), reasons)
     for line in found:
