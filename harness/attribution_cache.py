@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from harness.attribution import Attribution, Site, attribute
-from harness.circle_cache import Uncacheable
+from harness.entry_store import Uncacheable
 from harness.entry_store import EntryStore
 from harness.submodule_error import SubmoduleError
 

@@ -17,7 +17,8 @@ from typing import Any
 def export_record(pipeline: Any) -> Any:
     """The export record of ``pipeline``'s export sample: reused on an execution-key hit, else
     read off a fresh torch.export program (and stored)."""
-    from harness.circle_cache import Uncacheable, cache_key
+    from harness.circle_cache import cache_key
+    from harness.entry_store import Uncacheable
     from harness.export_reuse import ExportCache, execution_key, record_from_program
     from harness.failure_replay import RecordedFailure, ReplayedFailure, keep, record_stage_error
     from harness.stage_engine import StageError

@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from harness.entry_store import EntryStore
+from harness.circle_conversion import convert_with_audit
+from harness.entry_store import EntryStore, Uncacheable
 from harness.failure_replay import RecordedFailure
 from harness.qparam_audit import AuditResult
 
@@ -35,10 +36,6 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # node.meta entries that describe what the node computes or where it came from; others
 # (seq_nr, from_node, ...) are bookkeeping that differs between identical traces.
 _META_KEYS = ("val", "tensor_meta", "stack_trace", "nn_module_stack")
-
-
-class Uncacheable(Exception):
-    """The program holds something the key cannot describe exactly."""
 
 
 def _tensor_bytes(tensor: torch.Tensor) -> bytes:
@@ -164,11 +161,10 @@ def conversion_code_fingerprint() -> str:
     from tico.utils.convert import convert_exported_module_to_circle
 
     from harness.code_fingerprint import Unfingerprintable, reachable_fingerprint
-    from harness.export import _convert
 
     try:
         return reachable_fingerprint([("tico.utils.convert.convert_exported_module_to_circle",
-                                       convert_exported_module_to_circle), ("harness.export._convert", _convert)])
+                                       convert_exported_module_to_circle), ("harness.circle_conversion.convert_with_audit", convert_with_audit)])
     except Unfingerprintable as why:
         raise Uncacheable(f"the conversion code cannot be fingerprinted: {why}") from why
 

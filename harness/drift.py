@@ -15,12 +15,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
 from tabulate import tabulate
 
 from harness.expectations import NOW_PASSES
 from harness.finding_status import item_lines
 from harness.findings import api_change_of
+from harness.results import same_release
 
 WATCHED = ("transformers", "tico", "torch", "huggingface_hub", "tokenizers", "safetensors")
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")
@@ -58,12 +58,7 @@ def version_moves(pins: dict[str, str]) -> list[dict[str, str | None]]:
 
 def _same_release(installed: str | None, pinned: str) -> bool:
     """2.13.0+cpu is the pinned 2.13.0 (a local build label, not a different release)."""
-    if installed is None:
-        return False
-    try:
-        return Version(installed).public == Version(pinned).public
-    except InvalidVersion:
-        return installed == pinned
+    return installed is not None and same_release(installed, pinned)
 
 
 def headline(message: str) -> str:

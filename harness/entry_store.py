@@ -16,6 +16,10 @@ from harness.results import atomic_write_bytes, atomic_write_text
 Decoded = TypeVar("Decoded")
 
 
+
+class Uncacheable(Exception):
+    """What is to be cached holds something its key cannot describe exactly: the cache is not used."""
+
 class EntryStore:
     """<root>/<key[:2]>/<key><suffix> (payload) + <key>.json (manifest)."""
 

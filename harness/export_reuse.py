@@ -46,7 +46,8 @@ from typing import Any
 import torch
 
 from harness import compat
-from harness.circle_cache import Uncacheable, _package_source_hash, _tensor_bytes
+from harness.circle_cache import _package_source_hash, _tensor_bytes
+from harness.entry_store import Uncacheable
 from harness.code_fingerprint import code_digest as _code_digest
 from harness.entry_store import EntryStore
 from harness.failure_replay import RecordedFailure

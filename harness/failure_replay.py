@@ -18,7 +18,8 @@ import dataclasses
 import traceback
 from typing import Any
 
-from harness.stage_engine import StageTimeout
+from harness.entry_store import Uncacheable
+from harness.stage_engine import ReplayedFailure, StageTimeout  # noqa: F401 - ReplayedFailure re-exported
 
 # Failures that depend on the machine or the moment, not on the program and the code.
 NOT_REPRODUCIBLE = (StageTimeout, MemoryError, RecursionError, OSError, KeyboardInterrupt, SystemExit)
@@ -85,21 +86,9 @@ def keep(store: Any, key: str | None, failure: RecordedFailure | None) -> None:
     """Store ``failure`` under ``key`` with ``store.put_failure`` when there is one to keep; one
     that cannot be stored (a full or read-only disk, an entry the cache cannot describe) costs
     the reuse only: the next run redoes the work."""
-    from harness.circle_cache import Uncacheable  # circle_cache imports this module
-
     if key is None or failure is None:
         return
     try:
         store.put_failure(key, failure)
     except (Uncacheable, OSError):
         pass
-
-
-class ReplayedFailure(Exception):
-    """Raised where a cache holds a recorded failure for this key: the stage engine turns it into
-    the StageError the original failure produced (same stage, type and message)."""
-
-    def __init__(self, recorded: RecordedFailure, source: str) -> None:
-        self.recorded = recorded
-        self.source = source
-        super().__init__(f"{recorded.error_type}: {recorded.message} (replayed from {source})")

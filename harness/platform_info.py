@@ -11,6 +11,9 @@ from typing import Any
 
 import torch
 
+# What a testbed is (history series, run comparison): the platform fields that move a result's bits.
+TESTBED_KEYS = ("cpu", "machine", "cpu_capability", "blas", "torch_threads", "env")
+
 
 KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")
 

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 SCHEMA_VERSION = 1
 _NODEID_RE = re.compile(r"^(?P<file>[^:]+)::(?P<case>[^\[:]+)\[(?P<profile>[^\]]+)\]::(?P<check>[^:]+)$")
 
@@ -155,3 +157,11 @@ class ResultCollector:
         }
         atomic_write_text(path, json.dumps(document, indent=2, sort_keys=True))
         return document
+
+
+def same_release(a: str, b: str) -> bool:
+    """2.13.0+cpu is release 2.13.0 (a local build label, not another release)."""
+    try:
+        return Version(a).public == Version(b).public
+    except InvalidVersion:
+        return a == b

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
 from tabulate import tabulate
 
 from harness.drift import headline
+from harness.platform_info import TESTBED_KEYS
+from harness.results import same_release
 
 BAD = ("failed", "error", "crashed", "not_run")
 RAN = ("passed", "xfailed") + BAD
@@ -70,14 +71,6 @@ def validate(doc: Any, where: str) -> None:
         seen.add(rec["nodeid"])
         if rec.get("metrics") is not None and not isinstance(rec["metrics"], dict):
             raise CompareError(f"{where}: results[{i}] ({rec['nodeid']}) has metrics that are not an object")
-
-
-def same_release(a: str, b: str) -> bool:
-    """2.13.0+cpu is release 2.13.0 (a local build label, not another release)."""
-    try:
-        return Version(a).public == Version(b).public
-    except InvalidVersion:
-        return a == b
 
 
 def version_differences(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, str | None, str | None]]:
@@ -331,8 +324,6 @@ def platform_differences(base_run: dict[str, Any], head_run: dict[str, Any]) -> 
     """How the testbeds of two runs differ (``run.platform``; empty when the same or either run
     did not record one): float bits differ across CPUs and kernel selections, so metric moves
     between two testbeds are not a commit's doing."""
-    from harness.report.history import TESTBED_KEYS
-
     b, h = base_run.get("platform") or {}, head_run.get("platform") or {}
     if not b or not h:
         return []

@@ -44,12 +44,21 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+class ReplayedFailure(Exception):
+    """Raised where a cache holds a recorded failure for this key (harness/failure_replay.py): the
+    stage engine turns it into the StageError the original failure produced (same stage, type and
+    message). ``recorded`` is the failure_replay.RecordedFailure."""
+
+    def __init__(self, recorded: Any, source: str) -> None:
+        self.recorded = recorded
+        self.source = source
+        super().__init__(f"{recorded.error_type}: {recorded.message} (replayed from {source})")
+
+
 class StageError(RuntimeError):
     """A pipeline stage failed; carries the stage name and the original traceback text."""
 
     def __init__(self, case: str, profile: str, stage: str, error: BaseException):
-        from harness.failure_replay import ReplayedFailure
-
         self.replayed_from: str | None = None
         if isinstance(error, ReplayedFailure):
             # A cache replays a failure the same input and code produced: the same stage, type

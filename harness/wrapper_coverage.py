@@ -11,16 +11,19 @@ The plugin attaches the result to the last item of each case group (``wrapper_co
 that item's record in results.json), so it travels with pytest's reports and merges across
 xdist workers like every other record field. ``wrapper_coverage.json`` (committed) is the
 same measurement for every tiny case, taken by ``python -m harness wrappers --measure
---write``; the table in docs/wrapper-coverage.md and the reasons check (``cases/_wrapper_coverage.py``) read it.
+--write``; the table in docs/wrapper-coverage.md and the reasons check (``cases/wrapper_coverage_reasons.toml``) read it.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import tomllib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+from harness.lifecycle_ops import unwrap
 
 if TYPE_CHECKING:
     import torch
@@ -93,7 +96,6 @@ def measure(root: torch.nn.Module, ran: set[int], registered: dict[type, list[ty
             reference: torch.nn.Module | None = None) -> dict[str, Any]:
     """The coverage record of one quantized tree, given the ids of modules that ran in QUANT;
     with ``reference``, also the registered float classes the float module hands to prepare."""
-    from harness.pipeline import unwrap
     from tico.quantization.wrapq.wrappers.ptq_wrapper import PTQWrapper
     from tico.quantization.wrapq.wrappers.quant_module_base import QuantModuleBase
 
@@ -175,14 +177,14 @@ def problems(registered: Iterable[str], agg: dict[str, dict[str, list[str]]], re
         where = agg.get(name, {}).get("instantiated_only")
         extra = f" (instantiated but never run in QUANT by: {', '.join(where)})" if where else ""
         found.append(f"{name}: registered in tico, exercised by no case, and no reason is stated in "
-                     f"cases/_wrapper_coverage.py{extra}")
+                     f"cases/wrapper_coverage_reasons.toml{extra}")
     for name in sorted(set(reasons) & ran):
         slot = agg[name]
-        found.append(f"{name}: a reason is stated in cases/_wrapper_coverage.py, but cases now exercise it "
+        found.append(f"{name}: a reason is stated in cases/wrapper_coverage_reasons.toml, but cases now exercise it "
                      f"(standalone: {', '.join(slot['standalone']) or '-'}; child: {', '.join(slot['child']) or '-'}); "
                      "remove the stale entry")
     for name in sorted(set(reasons) - registered):
-        found.append(f"{name}: a reason is stated in cases/_wrapper_coverage.py, but tico no longer registers "
+        found.append(f"{name}: a reason is stated in cases/wrapper_coverage_reasons.toml, but tico no longer registers "
                      "a wrapper of that name; remove the stale entry")
     for name, reason in sorted(reasons.items()):
         if not isinstance(reason, str) or len(reason.strip()) < 20:
@@ -191,35 +193,6 @@ def problems(registered: Iterable[str], agg: dict[str, dict[str, list[str]]], re
 
 
 # -- snapshot ----------------------------------------------------------------------------------
-def measure_case(case: Any, profile: str = SNAPSHOT_PROFILE) -> dict[str, Any]:
-    """Build, quantize and evaluate one case in this process (no export), as the plugin does."""
-    from harness.pipeline import Pipeline, StageError, warm_imports
-
-    warm_imports()
-    reason = case.unavailable_reason()
-    if reason:
-        return {"error": f"case unavailable: {reason}"}
-    pipeline = Pipeline(case, profile)
-    try:
-        return pipeline.wrapper_coverage
-    except StageError as err:
-        return {"error": str(err)}
-
-
-def measure_all(case_names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
-    from harness.catalog import add_configured_import_roots, load_cases
-
-    add_configured_import_roots()
-    wanted = set(case_names) if case_names is not None else None
-    out = {}
-    for _, case in load_cases():
-        if SNAPSHOT_PROFILE in case.profiles and (wanted is None or case.name in wanted):
-            out[case.name] = measure_case(case)
-    if wanted is not None and wanted - set(out):
-        raise KeyError(f"no tiny case named {', '.join(sorted(wanted - set(out)))}")
-    return dict(sorted(out.items()))
-
-
 def load_snapshot(path: Path = SNAPSHOT) -> dict[str, Any]:
     return json.loads(path.read_text())
 
@@ -257,7 +230,7 @@ def table(per_case: dict[str, dict[str, Any]], reasons: dict[str, str], register
         f"{sum(len(v['float_classes']) for v in registered.values())} float classes); measured on "
         f"{len(per_case)} tiny cases: {standalone} run standalone (a case's root wrapper), "
         f"{child_only} only as a child, {len(none)} by no case "
-        f"({sum(1 for n in none if n in reasons)} with a reason in `cases/_wrapper_coverage.py`).",
+        f"({sum(1 for n in none if n in reasons)} with a reason in `cases/wrapper_coverage_reasons.toml`).",
         "",
         "| wrapper | registered for | standalone in | as a child in | no case: why |",
         "|---|---|---|---|---|",
@@ -280,13 +253,12 @@ def table(per_case: dict[str, dict[str, Any]], reasons: dict[str, str], register
     return "\n".join(lines)
 
 
-def load_reasons() -> dict[str, str]:
-    import importlib
-    import sys
+REASONS = ROOT / "cases" / "wrapper_coverage_reasons.toml"
 
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    return dict(importlib.import_module("cases._wrapper_coverage").UNEXERCISED)
+
+def load_reasons(path: Path = REASONS) -> dict[str, str]:
+    """The reviewed reasons (wrapper class -> why no case exercises it), from their data file."""
+    return dict(tomllib.loads(path.read_text()).get("unexercised") or {})
 
 
 def write_readme(text: str, readme: Path = ROOT / "docs" / "wrapper-coverage.md") -> None:

@@ -10,7 +10,7 @@ import torch
 from cases.gemma4 import CASES as GEMMA4_CASES
 from cases.llama import CASES as LLAMA_CASES
 from cases.nn import CASES as NN_CASES
-from harness.export import _convert, counting_codegens
+from harness.circle_conversion import convert_with_audit, counting_codegens
 from harness.pipeline import Pipeline
 
 CASES = {case.name: case for case in [*NN_CASES, *LLAMA_CASES, *GEMMA4_CASES]}
@@ -24,7 +24,7 @@ def _program(name: str):
 @pytest.mark.parametrize("name", ["nn_linear", "llama_decoder_layer_prefill", "gemma4_vision_patch_embedder"])
 def test_deferred_conversion_equals_tico_conversion(name):
     program = _program(name)
-    as_tico_does, deferred = _convert(program, defer_codegen=False), _convert(program, defer_codegen=True)
+    as_tico_does, deferred = convert_with_audit(program, defer_codegen=False), convert_with_audit(program, defer_codegen=True)
     assert deferred[0] == as_tico_does[0]
     assert deferred[1] == as_tico_does[1]
 
@@ -32,9 +32,9 @@ def test_deferred_conversion_equals_tico_conversion(name):
 def test_deferral_skips_the_per_pass_code_generation():
     program = _program("llama_decoder_layer_prefill")
     with counting_codegens() as as_tico_does:
-        _convert(program, defer_codegen=False)
+        convert_with_audit(program, defer_codegen=False)
     with counting_codegens() as deferred:
-        _convert(program, defer_codegen=True)
+        convert_with_audit(program, defer_codegen=True)
     assert as_tico_does[0] > 50, as_tico_does
     assert deferred[0] < as_tico_does[0] / 5, (deferred, as_tico_does)
 
@@ -63,4 +63,4 @@ def test_a_graph_whose_code_cannot_be_generated_still_fails_conversion(monkeypat
     for defer in (False, True):
         armed[0] = False
         with pytest.raises(SyntaxError, match="injected"):
-            _convert(program, defer_codegen=defer)
+            convert_with_audit(program, defer_codegen=defer)

@@ -61,7 +61,7 @@ def test_qparam_audit_agrees_with_tico_checker():
     """Our walker and tico's check_missing_qparam judge the same captured graph alike."""
     from tico.quantization.wrapq.utils.check_missing_qparam import check_missing_qparam
 
-    from harness.export import _capture_quantized_program
+    from harness.circle_conversion import _capture_quantized_program
     from harness.pipeline import Pipeline
     from tico.utils.convert import convert_exported_module_to_circle
     import copy

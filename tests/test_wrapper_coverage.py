@@ -1,5 +1,5 @@
 """The wrapper coverage map: measured at run time, committed as a snapshot, enforced against
-the reviewed reasons in cases/_wrapper_coverage.py."""
+the reviewed reasons in cases/wrapper_coverage_reasons.toml."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from harness import coverage_measure
 from harness import wrapper_coverage as wc
 from harness.catalog import add_configured_import_roots, load_cases
 
@@ -60,7 +61,7 @@ def test_snapshot_covers_exactly_the_tiny_cases(snapshot):
 
 
 def test_snapshot_agrees_with_a_fresh_measurement(snapshot):
-    fresh = wc.measure_all(FRESH)
+    fresh = coverage_measure.measure_all(FRESH)
     for case in FRESH:
         record = {k: v for k, v in fresh[case].items() if k != "seconds"}
         assert record == snapshot[case], f"{case}: run ./scripts/env.sh python -m harness wrappers --measure --write"

@@ -6,7 +6,7 @@
     python -m harness wrappers --from reports/results.json   # the map a matrix run recorded
 
 ``--write`` (with ``--measure``) rewrites ``wrapper_coverage.json`` and the table in docs/wrapper-coverage.md.
-Exit status 1 when the map and ``cases/_wrapper_coverage.py`` disagree (a registered wrapper
+Exit status 1 when the map and ``cases/wrapper_coverage_reasons.toml`` disagree (a registered wrapper
 no case exercises without a reason, or a stale reason); the problems are printed.
 """
 
@@ -22,6 +22,7 @@ HELP = "which registered tico wrappers the cases exercise (standalone / as a chi
 
 
 def main(argv: list[str]) -> int:
+    from harness import coverage_measure
     from harness import wrapper_coverage as wc
 
     parser = argparse.ArgumentParser(prog="python -m harness wrappers", description=HELP)
@@ -39,7 +40,7 @@ def main(argv: list[str]) -> int:
     seconds = None
     if args.measure:
         start = time.perf_counter()
-        per_case = wc.measure_all(args.case)
+        per_case = coverage_measure.measure_all(args.case)
         seconds = time.perf_counter() - start
     elif args.results:
         per_case = wc.from_results(json.loads(args.results.read_text()))

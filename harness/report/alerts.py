@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.report.reviewed_file import check_fields, entry_tables, read_document
+from harness.results import same_release
 
 DEFAULT_FILE = "acknowledged.toml"
 _FIELDS = {"case", "profile", "check", "metric", "run", "commit", "date", "reason", "link"}
@@ -141,8 +142,6 @@ def load_acknowledgements(path: Path) -> list[Acknowledgement]:
 
 # -- what moved ---------------------------------------------------------------------------------
 def _same(a: str | None, b: str | None) -> bool:
-    from harness.run_compare import same_release
-
     return a == b or (a is not None and b is not None and same_release(str(a), str(b)))
 
 

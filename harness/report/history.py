@@ -38,6 +38,7 @@ from markupsafe import Markup
 from harness.report import alerts, svg
 from harness.report import policy as policy_mod
 from harness.results import atomic_write_text
+from harness.platform_info import TESTBED_KEYS
 
 ABS_FLOOR = 1e-9
 NOISE_FLOOR_REL = 1e-3  # a spread under 0.1% of the baseline is not noise: the series is judged by its margin
@@ -87,7 +88,6 @@ _COLUMNS = (
 )
 _INDEXES = ("CREATE INDEX IF NOT EXISTS metrics_key ON metrics(case_name, profile, metric, run_id)",
             "CREATE INDEX IF NOT EXISTS items_run ON items(run_id)")
-TESTBED_KEYS = ("cpu", "machine", "cpu_capability", "blas", "torch_threads", "env")
 
 
 class HistoryError(RuntimeError):
