@@ -64,10 +64,11 @@ def covered_tico_cases() -> list[str]:
 def run_tico(cases: list[str]) -> tuple[float, dict]:
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", TICO_RUNNER, out, ",".join(cases)],
-                              capture_output=True, text=True, cwd=out)
+        done = subprocess.run(
+            [sys.executable, "-c", TICO_RUNNER, out, ",".join(cases)], capture_output=True, text=True, cwd=out
+        )
         wall = time.perf_counter() - start
-    line = next((l for l in done.stdout.splitlines() if l.startswith("BENCH-JSON ")), None)
+    line = next((out for out in done.stdout.splitlines() if out.startswith("BENCH-JSON ")), None)
     if line is None:
         raise RuntimeError(f"TICO smoke run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     return wall, json.loads(line.removeprefix("BENCH-JSON "))
@@ -80,10 +81,28 @@ def run_harness(cases: list[str], cache_dir: Path) -> tuple[float, dict, float]:
     node_ids = [f"{files[name]}::{name}[tiny]" for name in cases]
     with tempfile.TemporaryDirectory() as reports:
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider",
-                               "--wrapq-report-dir", reports, "--circle-cache", str(cache_dir / "circle"),
-                               "--export-cache", str(cache_dir / "export"), *node_ids],
-                              cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-n",
+                "auto",
+                "-p",
+                "no:cacheprovider",
+                "--wrapq-report-dir",
+                reports,
+                "--circle-cache",
+                str(cache_dir / "circle"),
+                "--export-cache",
+                str(cache_dir / "export"),
+                *node_ids,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - start
         doc = json.loads((Path(reports) / "results.json").read_text())
         render = report_render_seconds(doc, Path(reports))
@@ -160,33 +179,54 @@ def main() -> int:
         print(f"rep {rep + 1}: TICO {wall:.1f} s, harness cold {cold:.1f} s, warm {warm:.1f} s", flush=True)
     med = {k: statistics.median(v) for k, v in walls.items()}
     failed = [name for name, r in tico_detail["cases"].items() if not r["passed"]]
-    print(f"\nTICO smoke (sequential, Circle export): median {med['tico']:.1f} s, peak RSS "
-          f"{tico_detail['peak_rss_mb']:.0f} MB" + (f"; TICO-reported failures: {', '.join(failed)}" if failed else ""))
-    print(f"harness pytest -n auto, every check, cold:  median {med['cold']:.1f} s  ratio {med['cold'] / med['tico']:.2f}"
-          f"  (target <= 0.70)  circle cache {cache_statuses(cold_doc)}, export cache "
-          f"{cache_statuses(cold_doc, 'export_cache')}")
-    print(f"harness pytest -n auto, every check, warm:  median {med['warm']:.1f} s  ratio {med['warm'] / med['tico']:.2f}"
-          f"  (target <= 0.20)  circle cache {cache_statuses(warm_doc)}, export cache "
-          f"{cache_statuses(warm_doc, 'export_cache')}")
+    print(
+        f"\nTICO smoke (sequential, Circle export): median {med['tico']:.1f} s, peak RSS "
+        f"{tico_detail['peak_rss_mb']:.0f} MB" + (f"; TICO-reported failures: {', '.join(failed)}" if failed else "")
+    )
+    print(
+        f"harness pytest -n auto, every check, cold:  median {med['cold']:.1f} s  ratio {med['cold'] / med['tico']:.2f}"
+        f"  (target <= 0.70)  circle cache {cache_statuses(cold_doc)}, export cache "
+        f"{cache_statuses(cold_doc, 'export_cache')}"
+    )
+    print(
+        f"harness pytest -n auto, every check, warm:  median {med['warm']:.1f} s  ratio {med['warm'] / med['tico']:.2f}"
+        f"  (target <= 0.20)  circle cache {cache_statuses(warm_doc)}, export cache "
+        f"{cache_statuses(warm_doc, 'export_cache')}"
+    )
     print("\nharness stage totals, cold run (s, summed over cases; lazy stages include what they triggered):")
     for kind, secs in sorted(stage_totals(cold_doc).items(), key=lambda kv: -kv[1])[:14]:
         print(f"  {kind:28s} {secs:8.1f}")
     totals, share, workers = overhead_share(cold_doc, walls["cold"][-1], cold_render)
-    print(f"\nharness overhead, cold run: {sum(totals.values()):.2f} s of {workers} workers x {walls['cold'][-1]:.1f} s "
-          f"= {100 * share:.1f}% (target <= 5%)")
+    print(
+        f"\nharness overhead, cold run: {sum(totals.values()):.2f} s of {workers} workers x {walls['cold'][-1]:.1f} s "
+        f"= {100 * share:.1f}% (target <= 5%)"
+    )
     for kind, secs in sorted(totals.items(), key=lambda kv: -kv[1]):
         print(f"  {kind:20s} {secs:7.2f} s")
     print("\npeak memory per process, cold run:")
     for name, stats in sorted((cold_doc["run"].get("processes") or {}).items()):
         after = list((stats.get("rss_after_group_mb") or {}).values())
-        extra = f"; RSS after each case group: first {after[0]:.0f}, last {after[-1]:.0f}, max {max(after):.0f} MB" \
-            if after else ""
+        extra = (
+            f"; RSS after each case group: first {after[0]:.0f}, last {after[-1]:.0f}, max {max(after):.0f} MB"
+            if after
+            else ""
+        )
         print(f"  {name:10s} peak {stats.get('peak_rss_mb', 0):7.0f} MB{extra}")
     if args.json:
-        args.json.write_text(json.dumps({"cases": cases, "walls": walls, "medians": med,
-                                         "ratios": {"cold": med["cold"] / med["tico"], "warm": med["warm"] / med["tico"]},
-                                         "overhead": totals, "overhead_share": share,
-                                         "processes": cold_doc["run"].get("processes")}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "cases": cases,
+                    "walls": walls,
+                    "medians": med,
+                    "ratios": {"cold": med["cold"] / med["tico"], "warm": med["warm"] / med["tico"]},
+                    "overhead": totals,
+                    "overhead_share": share,
+                    "processes": cold_doc["run"].get("processes"),
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

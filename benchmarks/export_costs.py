@@ -18,11 +18,11 @@ from typing import Any
 
 def timed_conversion(program: Any, defer_codegen: bool) -> tuple[Any, float, int]:
     """(bytes and audit, seconds, whole-graph code generations) of one conversion."""
-    from harness.export import _convert, counting_codegens
+    from harness.circle_conversion import convert_with_audit, counting_codegens
 
     with counting_codegens() as codegens:
         start = time.perf_counter()
-        result = _convert(program, defer_codegen=defer_codegen)
+        result = convert_with_audit(program, defer_codegen=defer_codegen)
         return result, time.perf_counter() - start, codegens[0]
 
 
@@ -58,8 +58,10 @@ def main() -> int:
     chosen = {c for c in args.cases.split(",") if c}
     totals = {"fingerprint": 0.0, "export": 0.0, "as_tico": 0.0, "deferred": 0.0}
     differing = []
-    print(f"{'case':45s} {'fingerprint s':>13s} {'strict export s':>15s} "
-          f"{'convert as tico s':>17s} {'deferred codegen s':>18s} {'codegens as tico/deferred':>25s}  same result")
+    print(
+        f"{'case':45s} {'fingerprint s':>13s} {'strict export s':>15s} "
+        f"{'convert as tico s':>17s} {'deferred codegen s':>18s} {'codegens as tico/deferred':>25s}  same result"
+    )
     for _, case in load_cases():
         if case.export is None or (chosen and case.name not in chosen):
             continue
@@ -86,18 +88,29 @@ def main() -> int:
         same = deferred == as_tico
         if not same:
             differing.append(case.name)
-        for key, secs in (("fingerprint", fingerprint), ("export", export), ("as_tico", as_tico_s),
-                          ("deferred", deferred_s)):
+        for key, secs in (
+            ("fingerprint", fingerprint),
+            ("export", export),
+            ("as_tico", as_tico_s),
+            ("deferred", deferred_s),
+        ):
             totals[key] += secs
         codegens = f"{as_tico_codegens}/{deferred_codegens}"
-        print(f"{case.name:45s} {fingerprint:13.3f} {export:15.2f} {as_tico_s:17.2f} {deferred_s:18.2f} "
-              f"{codegens:>25s}  {'yes' if same else 'NO'}", flush=True)
-    print(f"{'total':45s} {totals['fingerprint']:13.2f} {totals['export']:15.1f} "
-          f"{totals['as_tico']:17.1f} {totals['deferred']:18.1f}")
+        print(
+            f"{case.name:45s} {fingerprint:13.3f} {export:15.2f} {as_tico_s:17.2f} {deferred_s:18.2f} "
+            f"{codegens:>25s}  {'yes' if same else 'NO'}",
+            flush=True,
+        )
+    print(
+        f"{'total':45s} {totals['fingerprint']:13.2f} {totals['export']:15.1f} "
+        f"{totals['as_tico']:17.1f} {totals['deferred']:18.1f}"
+    )
     if totals["as_tico"]:
         print(f"deferred / as tico: {totals['deferred'] / totals['as_tico']:.2f}")
-    print(f"conversion-code fingerprint (Circle cache key, each lookup and store): "
-          f"{conversion_fingerprint_seconds() * 1000:.1f} ms median of 20")
+    print(
+        f"conversion-code fingerprint (Circle cache key, each lookup and store): "
+        f"{conversion_fingerprint_seconds() * 1000:.1f} ms median of 20"
+    )
     if differing:
         print(f"deferred conversion differs from tico's own on: {', '.join(differing)}")
     return 1 if differing else 0

@@ -34,8 +34,12 @@ TARGET_RATIO = 1.5
 def warm_up(checkout: Path) -> None:
     """Collect once, untimed: byte-compiles the checkout and loads torch / transformers / tico from disk,
     so the first timed run of a fresh worktree does not pay what the other checkout already paid."""
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider"],
-                   cwd=checkout, capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+    )
 
 
 def cold_run(checkout: Path) -> tuple[float, dict[str, int], float]:
@@ -44,16 +48,33 @@ def cold_run(checkout: Path) -> tuple[float, dict[str, int], float]:
     with tempfile.TemporaryDirectory() as scratch:
         scratch_dir = Path(scratch)
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider",
-                               "--wrapq-report-dir", str(scratch_dir / "reports"),
-                               "--circle-cache", str(scratch_dir / "circle"),
-                               "--export-cache", str(scratch_dir / "export")],
-                              cwd=checkout, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-n",
+                "auto",
+                "-p",
+                "no:cacheprovider",
+                "--wrapq-report-dir",
+                str(scratch_dir / "reports"),
+                "--circle-cache",
+                str(scratch_dir / "circle"),
+                "--export-cache",
+                str(scratch_dir / "export"),
+            ],
+            cwd=checkout,
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - start
         results = scratch_dir / "reports" / "results.json"
         if done.returncode not in (0, 1) or not results.exists():
-            raise RuntimeError(f"pytest in {checkout} exited {done.returncode}:\n{done.stdout[-3000:]}\n"
-                               f"{done.stderr[-2000:]}")
+            raise RuntimeError(
+                f"pytest in {checkout} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
+            )
         counts: dict[str, int] = {}
         worker = 0.0
         for record in json.loads(results.read_text())["results"]:
@@ -67,16 +88,19 @@ def main() -> int:
     parser.add_argument("--baseline", default=BASELINE, help=f"commit to compare with (default {BASELINE})")
     parser.add_argument("--reps", type=int, default=1)
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout.strip()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", args.baseline], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
     walls: dict[str, list[float]] = {"baseline": [], "pr_gate": []}
     workers: dict[str, list[float]] = {"baseline": [], "pr_gate": []}
     with tempfile.TemporaryDirectory() as holder:
         worktree = Path(holder) / "baseline"
-        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), commit], cwd=ROOT, check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(worktree), commit], cwd=ROOT, check=True, capture_output=True
+        )
         try:
             for checkout in (worktree, ROOT):
                 warm_up(checkout)
@@ -85,18 +109,22 @@ def main() -> int:
                     wall, counts, worker = cold_run(checkout)
                     walls[label].append(wall)
                     workers[label].append(worker)
-                    print(f"rep {rep + 1}: {label:8s} ({commit if label == 'baseline' else head}) "
-                          f"{sum(counts.values())} items {counts}, cold {wall:.1f} s, worker time {worker:.1f} s",
-                          flush=True)
+                    print(
+                        f"rep {rep + 1}: {label:8s} ({commit if label == 'baseline' else head}) "
+                        f"{sum(counts.values())} items {counts}, cold {wall:.1f} s, worker time {worker:.1f} s",
+                        flush=True,
+                    )
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, capture_output=True)
     base, gate = statistics.median(walls["baseline"]), statistics.median(walls["pr_gate"])
     ratio = gate / base
     per_rep = [g / b for g, b in zip(walls["pr_gate"], walls["baseline"])]
     worker_ratio = statistics.median(workers["pr_gate"]) / statistics.median(workers["baseline"])
-    print(f"\nbaseline {commit} cold matrix: median {base:.1f} s; PR gate at {head}: median {gate:.1f} s; "
-          f"ratio {ratio:.2f} (per repetition: {', '.join(f'{r:.2f}' for r in per_rep)}; worker-time ratio "
-          f"{worker_ratio:.2f}) (target <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'NOT met'})")
+    print(
+        f"\nbaseline {commit} cold matrix: median {base:.1f} s; PR gate at {head}: median {gate:.1f} s; "
+        f"ratio {ratio:.2f} (per repetition: {', '.join(f'{r:.2f}' for r in per_rep)}; worker-time ratio "
+        f"{worker_ratio:.2f}) (target <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'NOT met'})"
+    )
     return 0
 
 

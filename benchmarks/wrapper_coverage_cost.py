@@ -66,11 +66,15 @@ def main() -> int:
         totals["recorded"] += recorded
         totals["walk"] += walk
         cases += 1
-        print(f"{case.name:45s} eval {plain * 1e3:8.1f} ms  recorded {recorded * 1e3:8.1f} ms  walk {walk * 1e3:6.2f} ms")
+        print(
+            f"{case.name:45s} eval {plain * 1e3:8.1f} ms  recorded {recorded * 1e3:8.1f} ms  walk {walk * 1e3:6.2f} ms"
+        )
     hook = totals["recorded"] - totals["plain"]
-    print(f"\n{cases} cases: QUANT evaluation {totals['plain']:.3f} s plain, {totals['recorded']:.3f} s recorded "
-          f"(hook cost {hook:+.3f} s), tree walks {totals['walk']:.3f} s; added per matrix run "
-          f"{hook + totals['walk']:.3f} s of worker time")
+    print(
+        f"\n{cases} cases: QUANT evaluation {totals['plain']:.3f} s plain, {totals['recorded']:.3f} s recorded "
+        f"(hook cost {hook:+.3f} s), tree walks {totals['walk']:.3f} s; added per matrix run "
+        f"{hook + totals['walk']:.3f} s of worker time"
+    )
     return 0
 
 

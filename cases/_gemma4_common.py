@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from harness import Sample
-
 from cases import _static_runtime as static
+from harness import Sample
 
 GEMMA4_REQUIRES = ("transformers.models.gemma4.modeling_gemma4",)
 GEMMA4_MIN_VERSIONS = {"transformers": "5.9"}
@@ -87,7 +86,9 @@ def padded_positions(valid: int, total: int, width: int) -> torch.Tensor:
 def static_positions() -> torch.Tensor:
     """TICO's static vision input layout (e2b_66x36_264): a row-major 36 x 66 patch grid, then
     (-1, -1) padding up to max_soft_tokens * kernel**2 patch slots."""
-    return padded_positions(static.GEMMA4_VALID_PATCHES, static.GEMMA4_NUM_PATCHES, width=static.GEMMA4["patch_grid_width"])
+    return padded_positions(
+        static.GEMMA4_VALID_PATCHES, static.GEMMA4_NUM_PATCHES, width=static.GEMMA4["patch_grid_width"]
+    )
 
 
 def valid_patches(positions: torch.Tensor) -> torch.Tensor:

@@ -67,8 +67,10 @@ def boundary_observer(root: torch.nn.Module) -> Any | None:
 
     boundary = root.__dict__.get(_ATTRIBUTE)
     if boundary is None and ple_width(root) > 0 and getattr(unwrap(root), "_mode", Mode.NO_QUANT) is not Mode.NO_QUANT:
-        raise RuntimeError("PLE is on but the calibrated root carries no per_layer_input observer: it was not "
-                           "prepared through cases._gemma4_ple.prepare_with_boundary")
+        raise RuntimeError(
+            "PLE is on but the calibrated root carries no per_layer_input observer: it was not "
+            "prepared through cases._gemma4_ple.prepare_with_boundary"
+        )
     return None if boundary is None else boundary.observer
 
 

@@ -19,24 +19,49 @@ _ROPE = {
 }
 # TICO's tiny text dims.
 _TINY_DIMS = dict(
-    vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2,
-    num_global_key_value_heads=2, head_dim=32, global_head_dim=32, max_position_embeddings=128,
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    num_global_key_value_heads=2,
+    head_dim=32,
+    global_head_dim=32,
+    max_position_embeddings=128,
 )
 # Real E2B widths (8 query heads, 1 KV head, head_dim 256 sliding / 512 global), short synthetic
 # topology, PLE off (TICO's e2b_dims size profile).
 _E2B_DIMS = dict(
-    vocab_size=262_144, hidden_size=1_536, intermediate_size=6_144, num_attention_heads=8, num_key_value_heads=1,
-    num_global_key_value_heads=1, head_dim=256, global_head_dim=512, hidden_activation="gelu_pytorch_tanh",
-    max_position_embeddings=131_072, rms_norm_eps=1e-6, sliding_window=512, final_logit_softcapping=30.0,
-    use_double_wide_mlp=True, vocab_size_per_layer_input=262_144,
+    vocab_size=262_144,
+    hidden_size=1_536,
+    intermediate_size=6_144,
+    num_attention_heads=8,
+    num_key_value_heads=1,
+    num_global_key_value_heads=1,
+    head_dim=256,
+    global_head_dim=512,
+    hidden_activation="gelu_pytorch_tanh",
+    max_position_embeddings=131_072,
+    rms_norm_eps=1e-6,
+    sliding_window=512,
+    final_logit_softcapping=30.0,
+    use_double_wide_mlp=True,
+    vocab_size_per_layer_input=262_144,
 )
 # static_runtime (TICO's e2b_static_runtime) keeps the e2b_dims widths.
 E2B_SLIDING_WINDOW = _E2B_DIMS["sliding_window"]
 _PROFILE_DIMS = {"tiny": _TINY_DIMS, "e2b_dims": _E2B_DIMS, "static_runtime": _E2B_DIMS}
 
 
-def text_config(profile: str, layer_types: tuple[str, ...], *, k_eq_v: bool = False, num_kv_shared_layers: int = 0,
-                sliding_window: int | None = None, per_layer_input: int = 0):
+def text_config(
+    profile: str,
+    layer_types: tuple[str, ...],
+    *,
+    k_eq_v: bool = False,
+    num_kv_shared_layers: int = 0,
+    sliding_window: int | None = None,
+    per_layer_input: int = 0,
+):
     """A Gemma4 text config for ``profile`` with RoPE parameters keyed by exactly the layer
     types used (HF reads a partial nested mapping as one global RoPE config otherwise).
     ``sliding_window`` overrides the profile's window (TICO's smoke narrows it to 4);
@@ -48,10 +73,16 @@ def text_config(profile: str, layer_types: tuple[str, ...], *, k_eq_v: bool = Fa
         raise ValueError(f"unknown Gemma4 text profile {profile!r}")
     cfg = Gemma4TextConfig(
         **_PROFILE_DIMS[profile],
-        num_hidden_layers=len(layer_types), layer_types=list(layer_types),
+        num_hidden_layers=len(layer_types),
+        layer_types=list(layer_types),
         rope_parameters={t: dict(_ROPE[t]) for t in dict.fromkeys(layer_types)},
-        attention_bias=False, attention_dropout=0.0, use_cache=False, enable_moe_block=False,
-        attention_k_eq_v=k_eq_v, num_kv_shared_layers=num_kv_shared_layers, hidden_size_per_layer_input=per_layer_input,
+        attention_bias=False,
+        attention_dropout=0.0,
+        use_cache=False,
+        enable_moe_block=False,
+        attention_k_eq_v=k_eq_v,
+        num_kv_shared_layers=num_kv_shared_layers,
+        hidden_size_per_layer_input=per_layer_input,
         allow_global_per_layer_attribute_access=True,
     )
     if sliding_window is not None:
@@ -85,8 +116,9 @@ def sin_in_convention(sin: torch.Tensor, convention: str) -> torch.Tensor:
     raise ValueError(f"unknown Gemma4 RoPE convention {convention!r}")
 
 
-def allowed_pairs(q_len: int, k_len: int | None = None, *, window: int | None = None,
-                  keep: torch.Tensor | None = None) -> torch.Tensor:
+def allowed_pairs(
+    q_len: int, k_len: int | None = None, *, window: int | None = None, keep: torch.Tensor | None = None
+) -> torch.Tensor:
     """(B, q_len, k_len) truth for the last ``q_len`` queries over ``k_len`` keys (default
     ``q_len``): key <= query, query - key < window (sliding), key not padding (``keep`` (B, k_len)
     false); B is 1 without ``keep``."""
@@ -120,13 +152,19 @@ def npu_export_config(profile: str):
 
 
 # Observers tico creates for every Gemma4 text attention but never feeds in these cases, by design.
-NEG_UNUSED = ("the text attention is fed pre-negated sine tables (tico's npu_export profile, also under its "
-              "Gemma4 E2B PTQ config), so it rotates halves without a negation (QuantGemma4TextAttention._rot) "
-              "and never feeds this observer")
-SCALE_UNUSED = ("Gemma4 attention scaling is 1.0 (q/k are RMS-normed), so _apply_attention_scale "
-                "skips the multiply and never feeds obs_scale")
-SHARED_KV_UNUSED = ("a shared-KV consumer layer has no K/V projection: it takes the producer's rotated "
-                    "K/V as they are, so the key-rotation and new-K/V observers are never fed")
+NEG_UNUSED = (
+    "the text attention is fed pre-negated sine tables (tico's npu_export profile, also under its "
+    "Gemma4 E2B PTQ config), so it rotates halves without a negation (QuantGemma4TextAttention._rot) "
+    "and never feeds this observer"
+)
+SCALE_UNUSED = (
+    "Gemma4 attention scaling is 1.0 (q/k are RMS-normed), so _apply_attention_scale "
+    "skips the multiply and never feeds obs_scale"
+)
+SHARED_KV_UNUSED = (
+    "a shared-KV consumer layer has no K/V projection: it takes the producer's rotated "
+    "K/V as they are, so the key-rotation and new-K/V observers are never fed"
+)
 _SHARED_KV_OBSERVERS = ("k_x1", "k_x2", "k_cat", "k_cos", "k_sin", "k_rot", "new_k", "new_v")
 
 

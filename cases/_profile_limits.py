@@ -10,7 +10,6 @@ from typing import Mapping
 
 from harness import Expected, ProfileLimits
 
-
 LIMITS_DIR = Path(__file__).resolve().parent / "limits"
 
 
@@ -24,9 +23,12 @@ def limits_table(profile: str) -> dict[str, tuple[dict[str, dict[str, float]], s
     return {case: (entry["settings"], entry["source"]) for case, entry in doc["cases"].items()}
 
 
-def with_profile_limits(cases: list, profile: str,
-                        unused_observers: Mapping[str, Mapping[str, str]] | None = None,
-                        expected_failures: Mapping[str, Mapping[str, Expected | None]] | None = None) -> list:
+def with_profile_limits(
+    cases: list,
+    profile: str,
+    unused_observers: Mapping[str, Mapping[str, str]] | None = None,
+    expected_failures: Mapping[str, Mapping[str, Expected | None]] | None = None,
+) -> list:
     """``cases`` with ``profile_limits[profile]`` set from the profile's table: the table's
     settings (check -> fields) replace those fields of each case's settings on that profile, the
     source is kept. ``unused_observers``
@@ -47,8 +49,13 @@ def with_profile_limits(cases: list, profile: str,
             settings, source = table[case.name]
         elif own:
             # no measured limits yet, but the profile's own allowlist / diagnoses still apply
-            settings, source = {}, (f"no limits stated for profile {profile!r}: the case's settings for "
-                                    f"{case.profiles[0]!r} apply unchanged")
+            settings, source = (
+                {},
+                (
+                    f"no limits stated for profile {profile!r}: the case's settings for "
+                    f"{case.profiles[0]!r} apply unchanged"
+                ),
+            )
         else:
             updated.append(case)
             continue
@@ -56,7 +63,8 @@ def with_profile_limits(cases: list, profile: str,
         if case.name in expected_failures:
             merged = {**case.expected_failures, **expected_failures[case.name]}
             expected = {check: diagnosis for check, diagnosis in merged.items() if diagnosis is not None}
-        limits = ProfileLimits(settings, source=source, unused_observers=unused_observers.get(case.name),
-                               expected_failures=expected)
+        limits = ProfileLimits(
+            settings, source=source, unused_observers=unused_observers.get(case.name), expected_failures=expected
+        )
         updated.append(dataclasses.replace(case, profile_limits={**case.profile_limits, profile: limits}))
     return updated

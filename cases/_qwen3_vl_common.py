@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from harness import Sample
-
 from cases import _static_runtime as static
+from harness import Sample
 
 QWEN3_VL_REQUIRES = ("transformers.models.qwen3_vl.modeling_qwen3_vl",)
 
@@ -94,17 +93,37 @@ def text_config(profile: str, max_seq: int = 32):
 
     if profile == "tiny":
         cfg = Qwen3VLTextConfig(
-            vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
-            num_key_value_heads=2, head_dim=32, max_position_embeddings=max_seq,
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            head_dim=32,
+            max_position_embeddings=max_seq,
             rope_scaling={"rope_type": "default", "mrope_section": [1, 1, 2]},
         )
     elif profile in ("e2b_dims", static.PROFILE):
         cfg = Qwen3VLTextConfig(
-            vocab_size=151_936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=1, num_attention_heads=32,
-            num_key_value_heads=8, head_dim=128, hidden_act="silu", max_position_embeddings=max_seq, rms_norm_eps=1e-6,
-            attention_bias=False, attention_dropout=0.0, use_cache=False,
-            rope_scaling={"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [24, 20, 20],
-                          "mrope_interleaved": True},
+            vocab_size=151_936,
+            hidden_size=2560,
+            intermediate_size=9728,
+            num_hidden_layers=1,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            hidden_act="silu",
+            max_position_embeddings=max_seq,
+            rms_norm_eps=1e-6,
+            attention_bias=False,
+            attention_dropout=0.0,
+            use_cache=False,
+            rope_scaling={
+                "rope_type": "default",
+                "rope_theta": 5_000_000.0,
+                "mrope_section": [24, 20, 20],
+                "mrope_interleaved": True,
+            },
         )
     else:
         raise ValueError(f"unknown Qwen3-VL text profile {profile!r}")

@@ -15,13 +15,25 @@ def vision_and_mask_copies() -> Expected:
     return expect("qwen3-vl-patch-embed-copy", "mask-template-per-layer")
 
 
-def replaced_qparams(rotate_half: bool = True, kv_present: bool = False, conv3d_slices: bool = False,
-                     embedding: bool = False, llama_residual: bool = False) -> Expected:
+def replaced_qparams(
+    rotate_half: bool = True,
+    kv_present: bool = False,
+    conv3d_slices: bool = False,
+    embedding: bool = False,
+    llama_residual: bool = False,
+) -> Expected:
     """The qparam_consistency expectation for the replacements a case's wrappers diagnose."""
-    chosen = [finding for wanted, finding in (
-        (rotate_half, "rotate-half-two-qparams"), (kv_present, "kv-present-requantized"),
-        (conv3d_slices, "conv3d-slices-requantized"), (embedding, "embedding-gather-per-row"),
-        (llama_residual, "llama-residual-float-add")) if wanted]
+    chosen = [
+        finding
+        for wanted, finding in (
+            (rotate_half, "rotate-half-two-qparams"),
+            (kv_present, "kv-present-requantized"),
+            (conv3d_slices, "conv3d-slices-requantized"),
+            (embedding, "embedding-gather-per-row"),
+            (llama_residual, "llama-residual-float-add"),
+        )
+        if wanted
+    ]
     return expect(*chosen, check="qparam_consistency")
 
 
@@ -34,5 +46,9 @@ def with_expected(cases: list, expectations: dict[str, dict[str, Expected]]) -> 
     unknown = sorted(set(expectations) - names)
     if unknown:
         raise ValueError(f"expectations for unknown case(s): {unknown}")
-    return [dataclasses.replace(case, expected_failures={**case.expected_failures, **expectations[case.name]})
-            if case.name in expectations else case for case in cases]
+    return [
+        dataclasses.replace(case, expected_failures={**case.expected_failures, **expectations[case.name]})
+        if case.name in expectations
+        else case
+        for case in cases
+    ]

@@ -54,8 +54,11 @@ QWEN3_VL = {
     "spatial_merge_size": 2,
 }
 QWEN3_VL_PATCH_TOKENS = QWEN3_VL["grid_thw"][0] * QWEN3_VL["grid_thw"][1] * QWEN3_VL["grid_thw"][2]
-QWEN3_VL_VISUAL_TOKENS = (QWEN3_VL["grid_thw"][0] * (QWEN3_VL["grid_thw"][1] // QWEN3_VL["spatial_merge_size"])
-                          * (QWEN3_VL["grid_thw"][2] // QWEN3_VL["spatial_merge_size"]))
+QWEN3_VL_VISUAL_TOKENS = (
+    QWEN3_VL["grid_thw"][0]
+    * (QWEN3_VL["grid_thw"][1] // QWEN3_VL["spatial_merge_size"])
+    * (QWEN3_VL["grid_thw"][2] // QWEN3_VL["spatial_merge_size"])
+)
 
 
 def llama_max_seq(profile: str, tiny: int) -> int:

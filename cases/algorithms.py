@@ -27,10 +27,17 @@ import dataclasses
 
 import torch
 
-from harness import (AlgorithmCapability, AlgorithmRecord, Built, CaseInputs, Sample, WeightGrid,
-                     capture_linear_inputs, merged_settings)
-
 from cases import llama
+from harness import (
+    AlgorithmCapability,
+    AlgorithmRecord,
+    Built,
+    CaseInputs,
+    Sample,
+    WeightGrid,
+    capture_linear_inputs,
+    merged_settings,
+)
 
 _BASE = {case.name: case for case in llama.CASES}
 
@@ -47,8 +54,12 @@ def gptq_run(config: str = "GPTQConfig", **gptq_options):
 
         from tico.quantization import convert, prepare
 
-        config_module = {"GPTQConfig": "gptq", "UniversalGPTQConfig": "gptq", "FPIGPTQConfig": "fpi_gptq",
-                         "Qwen3VLGPTQConfig": "qwen3_vl_gptq"}[config]
+        config_module = {
+            "GPTQConfig": "gptq",
+            "UniversalGPTQConfig": "gptq",
+            "FPIGPTQConfig": "fpi_gptq",
+            "Qwen3VLGPTQConfig": "qwen3_vl_gptq",
+        }[config]
         config_cls = getattr(importlib.import_module(f"tico.quantization.config.{config_module}"), config)
 
         modules = dict(module.named_modules())
@@ -67,11 +78,15 @@ def gptq_run(config: str = "GPTQConfig", **gptq_options):
         convert(prepared, inplace=True)
         for name, quantizer in module.quantizers.items():
             if name not in modules:
-                raise KeyError(f"{config} named a quantized module {name!r} the module does not have "
-                               f"(its linears: {sorted(linears)})")
-            record.grids[name] = WeightGrid(scale=quantizer.scale.detach().reshape(-1).clone(),
-                                            zero_point=quantizer.zero.detach().reshape(-1).clone(),
-                                            qmax=int(quantizer.maxq))
+                raise KeyError(
+                    f"{config} named a quantized module {name!r} the module does not have "
+                    f"(its linears: {sorted(linears)})"
+                )
+            record.grids[name] = WeightGrid(
+                scale=quantizer.scale.detach().reshape(-1).clone(),
+                zero_point=quantizer.zero.detach().reshape(-1).clone(),
+                qmax=int(quantizer.maxq),
+            )
             record.weights[name] = modules[name].weight.detach().clone()
         record.facts["gptq_config"] = {"class": config, **gptq_options}
         return record
@@ -96,8 +111,10 @@ def _w4a16_config(profile: str):
     from tico.quantization.wrapq.dtypes import INT16, UINT4
     from tico.quantization.wrapq.qscheme import QScheme
 
-    return PTQConfig(activation=affine(INT16, qscheme=QScheme.PER_TENSOR_SYMM),
-                     weight=affine(UINT4, qscheme=QScheme.PER_CHANNEL_ASYMM))
+    return PTQConfig(
+        activation=affine(INT16, qscheme=QScheme.PER_TENSOR_SYMM),
+        weight=affine(UINT4, qscheme=QScheme.PER_CHANNEL_ASYMM),
+    )
 
 
 MLP_CALIBRATION = 64
@@ -116,8 +133,9 @@ def build_mlp_anisotropic(profile: str) -> Built:
     gains = torch.rand(config.hidden_size) * 3 + 0.1
     sample = lambda batch: Sample(args=(torch.randn(batch, 5, config.hidden_size) * gains,))  # noqa: E731
     calibration = tuple(sample(2) for _ in range(MLP_CALIBRATION))
-    return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample(8)}),
-                 facts={"channel_gains": gains})
+    return Built(
+        module, CaseInputs(calibration=calibration, evaluation={"default": sample(8)}), facts={"channel_gains": gains}
+    )
 
 
 GPTQ_W4 = AlgorithmCapability(
@@ -169,16 +187,19 @@ def smoothquant_run(alpha: float = SMOOTHQUANT_ALPHA):
         from tico.quantization import convert, prepare
         from tico.quantization.config.smoothquant import SmoothQuantConfig
 
-        pairs = {"input_layernorm": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-                 "post_attention_layernorm": ("mlp.gate_proj", "mlp.up_proj")}
+        pairs = {
+            "input_layernorm": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+            "post_attention_layernorm": ("mlp.gate_proj", "mlp.up_proj"),
+        }
         params = dict(module.named_parameters())
         before = {name: p.detach().clone() for name, p in params.items()}
         inputs = capture_linear_inputs(module, calibration, call)
         with torch.no_grad():
             float_before = [_first(call(module, sample)) for sample in calibration]
-        record = AlgorithmRecord(original_weights={name[: -len(".weight")]: w for name, w in before.items()
-                                                   if name.endswith(".weight")},
-                                 layer_inputs=inputs)
+        record = AlgorithmRecord(
+            original_weights={name[: -len(".weight")]: w for name, w in before.items() if name.endswith(".weight")},
+            layer_inputs=inputs,
+        )
         scales = {}
         for norm, linears in pairs.items():
             s = _smoothing(inputs[linears[0]].abs().amax(dim=0), [before[f"{n}.weight"] for n in linears], alpha)
@@ -194,12 +215,15 @@ def smoothquant_run(alpha: float = SMOOTHQUANT_ALPHA):
         with torch.no_grad():
             float_after = [_first(call(module, sample)) for sample in calibration]
         # smoothing is an identity of the float model
-        record.float_max_rel_diff = max(float((after - ref).abs().max() / ref.abs().max())
-                                        for after, ref in zip(float_after, float_before))
-        record.facts.update({
-            "alpha": alpha,
-            "smoothing_scale_range": {k: [float(v.min()), float(v.max())] for k, v in scales.items()},
-        })
+        record.float_max_rel_diff = max(
+            float((after - ref).abs().max() / ref.abs().max()) for after, ref in zip(float_after, float_before)
+        )
+        record.facts.update(
+            {
+                "alpha": alpha,
+                "smoothing_scale_range": {k: [float(v.min()), float(v.max())] for k, v in scales.items()},
+            }
+        )
         return record
 
     return run
@@ -244,8 +268,13 @@ def build_attention_npu(profile: str) -> Built:
     # export adapter returns them: calibrated without it they keep scale 1e-8 and the exported
     # K/V collapse (Circle 113 steps off). Calibrate and evaluate as the deployment runs.
     with_cache = lambda s: dataclasses.replace(_npu(s), kwargs={**s.kwargs, "use_cache": True})  # noqa: E731
-    return Built(built.module, CaseInputs(calibration=tuple(with_cache(s) for s in inputs.calibration),
-                                          evaluation={k: with_cache(v) for k, v in inputs.evaluation.items()}))
+    return Built(
+        built.module,
+        CaseInputs(
+            calibration=tuple(with_cache(s) for s in inputs.calibration),
+            evaluation={k: with_cache(v) for k, v in inputs.evaluation.items()},
+        ),
+    )
 
 
 def _hf_attention_npu(reference: torch.nn.Module, sample: Sample):
@@ -275,8 +304,9 @@ def _derived(base: str, name: str, algorithm: AlgorithmCapability, nightly: bool
         build = changes.pop("build", case.build)
         changes.update(build=lambda profile: build("tiny"), profiles=(NIGHTLY,), golden_profiles=(NIGHTLY,))
     # The base's configuration sweep (if any) is the base's: this case replaces its builder.
-    return dataclasses.replace(case, name=name, algorithm=algorithm, sweep=None,
-                               description=algorithm.description, **changes)
+    return dataclasses.replace(
+        case, name=name, algorithm=algorithm, sweep=None, description=algorithm.description, **changes
+    )
 
 
 UNIVERSAL_GPTQ_W4 = AlgorithmCapability(
@@ -288,23 +318,49 @@ UNIVERSAL_GPTQ_W4 = AlgorithmCapability(
 )
 
 CASES = [
-    _derived("llama_mlp", "llama_gptq_mlp_w4a16", GPTQ_W4, build=build_mlp_anisotropic, ptq_config=_w4a16_config,
-             settings={"algorithm_gain": {"min_output_gain_db": 0.0}}),
-    _derived("llama_mlp", "llama_universal_gptq_mlp_w4a16", UNIVERSAL_GPTQ_W4, build=build_mlp_anisotropic,
-             ptq_config=_w4a16_config, settings={"algorithm_gain": {"min_output_gain_db": 0.0}}),
+    _derived(
+        "llama_mlp",
+        "llama_gptq_mlp_w4a16",
+        GPTQ_W4,
+        build=build_mlp_anisotropic,
+        ptq_config=_w4a16_config,
+        settings={"algorithm_gain": {"min_output_gain_db": 0.0}},
+    ),
+    _derived(
+        "llama_mlp",
+        "llama_universal_gptq_mlp_w4a16",
+        UNIVERSAL_GPTQ_W4,
+        build=build_mlp_anisotropic,
+        ptq_config=_w4a16_config,
+        settings={"algorithm_gain": {"min_output_gain_db": 0.0}},
+    ),
     _derived("llama_decoder_layer_prefill", "llama_gptq_decoder_layer_prefill", GPTQ_W8, nightly=True),
-    _derived("llama_attention_prefill", "llama_gptq_attention_prefill_npu", GPTQ_W8, build=build_attention_npu,
-             ptq_config=_default_ptq_config, reference_call=_hf_attention_npu,
-             unused_observers={**_BASE["llama_attention_prefill"].unused_observers,
-                               "obs_scale": llama._KEY_FOLD, "obs_logits_raw": llama._KEY_FOLD}),
+    _derived(
+        "llama_attention_prefill",
+        "llama_gptq_attention_prefill_npu",
+        GPTQ_W8,
+        build=build_attention_npu,
+        ptq_config=_default_ptq_config,
+        reference_call=_hf_attention_npu,
+        unused_observers={
+            **_BASE["llama_attention_prefill"].unused_observers,
+            "obs_scale": llama._KEY_FOLD,
+            "obs_logits_raw": llama._KEY_FOLD,
+        },
+    ),
     # Outlier gains of 20 make the layer's outputs and attention logits ~20x larger than the plain
     # layer's: measured on tico 0.3.0 (native and ATEN_CPU_CAPABILITY=default alike) mean |diff| 0.659 /
     # PEIR 0.168 (default), 0.473 / 0.110 (export) with SmoothQuant, and SQNR 12.85 / 18.46 dB for
     # wrapq alone on the same layer (algorithm_gain reports the difference).
-    _derived("llama_decoder_layer_prefill", "llama_smoothquant_decoder_layer_prefill", SMOOTHQUANT,
-             build=build_decoder_layer_outliers,
-             settings=merged_settings(_BASE["llama_decoder_layer_prefill"].settings,
-                                      quant_accuracy={"max_mean_abs_diff": 0.8, "max_peir": 0.2})),
+    _derived(
+        "llama_decoder_layer_prefill",
+        "llama_smoothquant_decoder_layer_prefill",
+        SMOOTHQUANT,
+        build=build_decoder_layer_outliers,
+        settings=merged_settings(
+            _BASE["llama_decoder_layer_prefill"].settings, quant_accuracy={"max_mean_abs_diff": 0.8, "max_peir": 0.2}
+        ),
+    ),
 ]
 
 
@@ -326,16 +382,27 @@ QWEN3_VL_GPTQ = AlgorithmCapability(
 # The deployed model loses log2(sqrt(head_dim)) bits on every K row (findings/tico.toml).
 QWEN_VISION_QKV_FOLD = expect("qwen3-vl-vision-qkv-fold-gptq")
 
-CASES.append(dataclasses.replace(
-    _QWEN_BASE, name="qwen3_vl_gptq_for_conditional_generation", algorithm=QWEN3_VL_GPTQ,
-    # No golden: GPTQ's sequential rounding turns the float differences between kernel selections
-    # into different codes on the whole model; under ATEN_CPU_CAPABILITY=default the output moved
-    # 0.93 of its own quantization error from the native golden (limit 0.5). Its limits gate.
-    description=QWEN3_VL_GPTQ.description, profiles=(NIGHTLY,), golden_profiles=(),
-    build=lambda profile: _QWEN_BASE.build("tiny"),
-    expected_failures={**_QWEN_BASE.expected_failures, "algorithm_handoff": QWEN_VISION_QKV_FOLD},
-    not_applicable={**_QWEN_BASE.not_applicable, "ptq_overrides": (
-        "its override target is the patch embedding's weight observer, which GPTQ hands an 8-bit grid: "
-        "inject_gptq_qparams refuses an int16 observer by design (recipes/qparams.py:102, 'qparam reuse does not "
-        "convert bit widths')")},
-))
+CASES.append(
+    dataclasses.replace(
+        _QWEN_BASE,
+        name="qwen3_vl_gptq_for_conditional_generation",
+        algorithm=QWEN3_VL_GPTQ,
+        # No golden: GPTQ's sequential rounding turns the float differences between kernel selections
+        # into different codes on the whole model; under ATEN_CPU_CAPABILITY=default the output moved
+        # 0.93 of its own quantization error from the native golden (limit 0.5). Its limits gate.
+        description=QWEN3_VL_GPTQ.description,
+        profiles=(NIGHTLY,),
+        golden_profiles=(),
+        build=lambda profile: _QWEN_BASE.build("tiny"),
+        expected_failures={**_QWEN_BASE.expected_failures, "algorithm_handoff": QWEN_VISION_QKV_FOLD},
+        not_applicable={
+            **_QWEN_BASE.not_applicable,
+            "ptq_overrides": (
+                "its override target is the patch embedding's weight observer, which GPTQ hands an 8-bit grid: "
+                "inject_gptq_qparams refuses an int16 observer by design (recipes/qparams.py:102, 'qparam reuse "
+                "does not "
+                "convert bit widths')"
+            ),
+        },
+    )
+)

@@ -37,8 +37,10 @@ def build_conv2d(profile: str) -> Built:
 
 def build_conv2d_grouped(profile: str) -> Built:
     """Strided, dilated, grouped: the wrapper's per-group weight path and output-size arithmetic."""
-    return Built(nn.Conv2d(8, 8, kernel_size=3, stride=2, padding=2, dilation=2, groups=4, bias=False),
-                 _inputs(_images(8, size=9)))
+    return Built(
+        nn.Conv2d(8, 8, kernel_size=3, stride=2, padding=2, dilation=2, groups=4, bias=False),
+        _inputs(_images(8, size=9)),
+    )
 
 
 def build_conv_transpose2d(profile: str) -> Built:
@@ -60,6 +62,7 @@ def _activation(cls):
     """Inputs spread over +-10, where the curved activations bend; 8 calibration samples so the
     evaluation sample's extremes fall inside the calibrated range (with 4, the ReLU family's
     largest evaluation value was clipped by 9 steps)."""
+
     def build(profile: str) -> Built:
         return Built(cls(), _inputs(lambda: 3.0 * torch.randn(4, 32), calibration=8))
 
@@ -73,9 +76,13 @@ def build_concat(profile: str) -> Built:
 
     make = lambda: (torch.randn(2, 4, 8), 4.0 * torch.randn(2, 6, 8))  # noqa: E731
     samples = [make() for _ in range(5)]
-    return Built(Concat(dim=1), CaseInputs(
-        calibration=tuple(Sample(args=([a, b],)) for a, b in samples[:4]),
-        evaluation={"default": Sample(args=(list(samples[4]),))}))
+    return Built(
+        Concat(dim=1),
+        CaseInputs(
+            calibration=tuple(Sample(args=([a, b],)) for a, b in samples[:4]),
+            evaluation={"default": Sample(args=(list(samples[4]),))},
+        ),
+    )
 
 
 def build_resize_bilinear(profile: str) -> Built:
@@ -84,8 +91,9 @@ def build_resize_bilinear(profile: str) -> Built:
     return Built(ResizeBilinear2d((12, 12), half_pixel_centers=True), _inputs(_images(3)))
 
 
-def build_same_padding_conv2d(profile: str, kernel: int = 3, stride: int = 2, dilation: int = 1,
-                              depthwise: bool = False) -> Built:
+def build_same_padding_conv2d(
+    profile: str, kernel: int = 3, stride: int = 2, dilation: int = 1, depthwise: bool = False
+) -> Built:
     from tico.ops.same_padding_conv2d import SamePaddingConv2d
 
     if depthwise:  # groups == in_channels, a channel multiplier of 2
@@ -100,18 +108,23 @@ def build_same_padding_conv2d(profile: str, kernel: int = 3, stride: int = 2, di
 # path pads as Circle's SAME does, unevenly for even or dilated kernels (_same_padding_1d, :190-).
 SAME_PADDING_SWEEP = Sweep(
     axes={"kernel": (3, 2, 4), "stride": (2, 1), "dilation": (1, 2), "depthwise": (False, True)},
-    why={"kernel": "an even kernel pads one more on the after side (_same_padding_1d, ops/same_padding_conv2d.py:190-)",
-         "stride": "the SAME output size ceil(in / stride) and its padding (:190-)",
-         "dilation": "the effective kernel (kernel - 1) * dilation + 1 sets the padding (:190-)",
-         "depthwise": "groups == in_channels lowers to DEPTHWISE_CONV_2D (:120-131) instead of CONV_2D (:109-119)"},
+    why={
+        "kernel": "an even kernel pads one more on the after side (_same_padding_1d, ops/same_padding_conv2d.py:190-)",
+        "stride": "the SAME output size ceil(in / stride) and its padding (:190-)",
+        "dilation": "the effective kernel (kernel - 1) * dilation + 1 sets the padding (:190-)",
+        "depthwise": "groups == in_channels lowers to DEPTHWISE_CONV_2D (:120-131) instead of CONV_2D (:109-119)",
+    },
     pr="each",
     nightly="pairwise",
     # A 2x2 kernel averages 4 taps (9 at the baseline), so the output has heavier tails: with 4 calibration samples
     # the output observer clips 0.2-0.7% of the evaluation output and is the top attribution site (11.8-13.2 dB);
     # SAME padding itself matches (noquant_parity, circle_replay). Limits: python -m harness limits on the three
     # kernel=2 variants, native and ATEN_CPU_CAPABILITY=default kernels (identical), 2026-12-02, the worst of each.
-    overrides={"kernel=2": {"settings": {"quant_accuracy": {"max_peir": 0.18, "max_mean_abs_diff": 0.0086,
-                                                            "min_sqnr_db": 26.4}}}},
+    overrides={
+        "kernel=2": {
+            "settings": {"quant_accuracy": {"max_peir": 0.18, "max_mean_abs_diff": 0.0086, "min_sqnr_db": 26.4}}
+        }
+    },
 )
 
 
@@ -177,7 +190,14 @@ _EXPECTED = {"cnn_conv2d_grouped": {"qparam_audit": GROUPED_CONV_FLOAT_BIAS}}
 _SWEEPS = {"tico_same_padding_conv2d": SAME_PADDING_SWEEP}
 
 CASES = [
-    Case(name=name, build=build, expected_wrapper=wrapper, settings=_settings(name),
-         expected_failures=_EXPECTED.get(name, {}), sweep=_SWEEPS.get(name), **_CNN)
+    Case(
+        name=name,
+        build=build,
+        expected_wrapper=wrapper,
+        settings=_settings(name),
+        expected_failures=_EXPECTED.get(name, {}),
+        sweep=_SWEEPS.get(name),
+        **_CNN,
+    )
     for name, build, wrapper in _BUILDS
 ]

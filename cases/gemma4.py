@@ -17,25 +17,7 @@ from typing import Callable
 
 import torch
 
-from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import replaced_qparams, with_expected
-from harness import (
-    Built,
-    Case,
-    CaseInputs,
-    ExportCapability,
-    MaskCapability,
-    MaskProbe,
-    RotaryCapability,
-    RotaryTables,
-    Sample,
-    merged_settings,
-    whole_module_export,
-)
-from harness import first_call_kwarg
-from harness import unwrap
-from harness.findings import expect
-
+from cases import _static_runtime as static
 from cases._gemma4_common import (
     E2B_PROFILES,
     GEMMA4_MIN_VERSIONS,
@@ -48,7 +30,24 @@ from cases._gemma4_common import (
     vision_model_sample,
 )
 from cases._gemma4_text_common import text_config as shared_text_config
-from cases import _static_runtime as static
+from cases._profile_limits import with_profile_limits
+from cases._shared_diagnoses import replaced_qparams, with_expected
+from harness import (
+    Built,
+    Case,
+    CaseInputs,
+    ExportCapability,
+    MaskCapability,
+    MaskProbe,
+    RotaryCapability,
+    RotaryTables,
+    Sample,
+    first_call_kwarg,
+    merged_settings,
+    unwrap,
+    whole_module_export,
+)
+from harness.findings import expect
 
 # static_runtime (TICO's e2b_static_runtime): every vision case takes the deployment's padded input --
 # a 36 x 66 patch grid in 2520 patch slots (static_positions), padding zeroed, one calibration sample --
@@ -60,6 +59,7 @@ def _static_hidden(width: int) -> torch.Tensor:
     """TICO's static-runtime hidden states: normals with the padding slots zeroed."""
     positions = static_positions()
     return torch.randn(1, positions.shape[1], width).masked_fill(~valid_patches(positions).unsqueeze(-1), 0.0)
+
 
 def encoder_sample(hidden: torch.Tensor, positions: torch.Tensor) -> Sample:
     keep = positions[..., 0] >= 0
@@ -85,8 +85,10 @@ def build_vision_encoder(profile: str, *, calibrate_with_padding: bool = False) 
     module = Gemma4VisionEncoder(cfg)
     if profile == STATIC:
         full = encoder_sample(_static_hidden(cfg.hidden_size), static_positions())
-        inputs = CaseInputs(calibration=(encoder_sample(_static_hidden(cfg.hidden_size), static_positions()),),
-                            evaluation={"default": full, "padded": full})
+        inputs = CaseInputs(
+            calibration=(encoder_sample(_static_hidden(cfg.hidden_size), static_positions()),),
+            evaluation={"default": full, "padded": full},
+        )
         return Built(module=module, inputs=inputs, facts={"rotary_probes": {"default": full}})
     seq, hidden = 8, cfg.hidden_size
     tico_positions = grid_positions(seq, width=4)  # a 4x2 grid: non-square
@@ -100,7 +102,9 @@ def build_vision_encoder(profile: str, *, calibrate_with_padding: bool = False) 
     if calibrate_with_padding:
         calibration += (encoder_sample(torch.randn(1, seq, hidden), padded_positions(6, seq, width=3)),)
     inputs = CaseInputs(calibration=calibration, evaluation={"default": default, "padded": padded})
-    return Built(module=module, inputs=inputs, facts={"rotary_probes": {"default": default, "padded": padded, "wide_7x3": wide}})
+    return Built(
+        module=module, inputs=inputs, facts={"rotary_probes": {"default": default, "padded": padded, "wide_7x3": wide}}
+    )
 
 
 def _encoder_adapter(root: torch.nn.Module, sample: Sample, built: Built) -> torch.nn.Module:
@@ -174,8 +178,9 @@ _PADDING_HAZARD = (
     "with scale 1, zero-point 0, so in QUANT mode every -120 fill clamps to 0 and padding leaks "
     "into attention; gemma4_vision_encoder_padded_calib (one padded calibration sample) gates the padded sample"
 )
-_PADDING_HAZARD_PROBLEMS = expect("mask-fill-clamped-by-observer", check="mask_quant",
-                                  probes=("dynamic:padded", "export:padded"))
+_PADDING_HAZARD_PROBLEMS = expect(
+    "mask-fill-clamped-by-observer", check="mask_quant", probes=("dynamic:padded", "export:padded")
+)
 
 VISION_ENCODER = Case(
     name="gemma4_vision_encoder",
@@ -205,7 +210,8 @@ VISION_ENCODER = Case(
         ),
         # One patch more than the baked profile (8 patches on tiny).
         contradicting_args=lambda sample, built: (
-            torch.cat([sample.kwargs["inputs_embeds"]] * 2, dim=1)[:, : sample.kwargs["inputs_embeds"].shape[1] + 1],),
+            torch.cat([sample.kwargs["inputs_embeds"]] * 2, dim=1)[:, : sample.kwargs["inputs_embeds"].shape[1] + 1],
+        ),
     ),
     rotary=RotaryCapability(tables=_ENCODER_SITE.rotary),
     mask=MaskCapability(probes=_ENCODER_SITE.masks),
@@ -237,7 +243,12 @@ def _layer_sample(reference_encoder, hidden: torch.Tensor, positions: torch.Tens
     pairs = keep[:, :, None] & keep[:, None, :]
     mask = torch.where(pairs, 0.0, -120.0)[:, None]
     return Sample(
-        kwargs={"hidden_states": hidden, "position_embeddings": rope, "attention_mask": mask, "position_ids": positions},
+        kwargs={
+            "hidden_states": hidden,
+            "position_embeddings": rope,
+            "attention_mask": mask,
+            "position_ids": positions,
+        },
         valid_tokens=keep,
     )
 
@@ -313,8 +324,9 @@ def patch_embedder_config(profile: str):
     from transformers.models.gemma4.configuration_gemma4 import Gemma4VisionConfig
 
     if profile == "tiny":
-        return Gemma4VisionConfig(hidden_size=32, patch_size=4, position_embedding_size=8,
-                                  allow_global_per_layer_attribute_access=True)
+        return Gemma4VisionConfig(
+            hidden_size=32, patch_size=4, position_embedding_size=8, allow_global_per_layer_attribute_access=True
+        )
     return vision_config(profile)
 
 
@@ -326,8 +338,13 @@ def build_patch_embedder(profile: str) -> Built:
     if profile == STATIC:  # pixels in [0, 1), padding slots zero and flagged, as TICO's static smoke
         positions = static_positions()
         padding = ~valid_patches(positions)
-        sample = lambda: Sample(args=(vision_model_sample(cfg, positions, unit_range=True).kwargs["pixel_values"],  # noqa: E731
-                                      positions, padding))
+        sample = lambda: Sample(
+            args=(
+                vision_model_sample(cfg, positions, unit_range=True).kwargs["pixel_values"],  # noqa: E731
+                positions,
+                padding,
+            )
+        )
         return Built(module, CaseInputs(calibration=(sample(),), evaluation={"default": sample()}))
     patches, patch_dim = 16, 3 * cfg.patch_size**2
     positions = grid_positions(patches, width=8)
@@ -344,16 +361,26 @@ def build_pooler(profile: str) -> Built:
     module = Gemma4VisionPooler(cfg)
     if profile == STATIC:  # 2520 patch slots pooled 3x3 into max_soft_tokens output slots
         positions = static_positions()
-        sample = lambda: Sample(kwargs={"hidden_states": _static_hidden(cfg.hidden_size),  # noqa: E731
-                                        "pixel_position_ids": positions, "padding_positions": ~valid_patches(positions),
-                                        "output_length": static.GEMMA4["max_soft_tokens"]})
+        sample = lambda: Sample(
+            kwargs={
+                "hidden_states": _static_hidden(cfg.hidden_size),  # noqa: E731
+                "pixel_position_ids": positions,
+                "padding_positions": ~valid_patches(positions),
+                "output_length": static.GEMMA4["max_soft_tokens"],
+            }
+        )
         return Built(module, CaseInputs(calibration=(sample(),), evaluation={"default": sample()}))
     seq = 16
     positions = grid_positions(seq, width=8)  # pooled 2x2 -> a 4x1 output grid
     no_padding = torch.zeros(1, seq, dtype=torch.bool)
-    sample = lambda: Sample(kwargs={"hidden_states": torch.randn(1, seq, cfg.hidden_size),  # noqa: E731
-                                    "pixel_position_ids": positions, "padding_positions": no_padding,
-                                    "output_length": 4})
+    sample = lambda: Sample(
+        kwargs={
+            "hidden_states": torch.randn(1, seq, cfg.hidden_size),  # noqa: E731
+            "pixel_position_ids": positions,
+            "padding_positions": no_padding,
+            "output_length": 4,
+        }
+    )
     calibration = tuple(sample() for _ in range(3))
     return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample()}))
 
@@ -370,7 +397,8 @@ VISION_PARTS += [
         },
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module(
-                mode="prefill", pixel_position_ids=sample.args[1], padding_positions=sample.args[2]),
+                mode="prefill", pixel_position_ids=sample.args[1], padding_positions=sample.args[2]
+            ),
             args=lambda s: (s.args[0],),
         ),
         **_LAYER_PART,
@@ -388,8 +416,10 @@ VISION_PARTS += [
         },
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module(
-                mode="prefill", output_length=sample.kwargs["output_length"],
-                pixel_position_ids=sample.kwargs["pixel_position_ids"]),
+                mode="prefill",
+                output_length=sample.kwargs["output_length"],
+                pixel_position_ids=sample.kwargs["pixel_position_ids"],
+            ),
             args=lambda s: (s.kwargs["hidden_states"],),
         ),
         **_LAYER_PART,
@@ -410,8 +440,10 @@ def build_vision_model(profile: str) -> Built:
     module = Gemma4VisionModel(cfg)
     if profile == STATIC:
         full = vision_model_sample(cfg, static_positions(), unit_range=True)
-        inputs = CaseInputs(calibration=(vision_model_sample(cfg, static_positions(), unit_range=True),),
-                            evaluation={"default": full, "padded": full})
+        inputs = CaseInputs(
+            calibration=(vision_model_sample(cfg, static_positions(), unit_range=True),),
+            evaluation={"default": full, "padded": full},
+        )
         return Built(module, inputs, facts={"rotary_probes": {"default": full}})
     seq = 36
     grid = grid_positions(seq, width=6)
@@ -461,7 +493,8 @@ VISION_MODEL = Case(
         ),
         # 9 patch slots more than the baked profile (36 slots on tiny).
         contradicting_args=lambda sample, built: (
-            torch.cat([sample.kwargs["pixel_values"]] * 2, dim=1)[:, : sample.kwargs["pixel_values"].shape[1] + 9],),
+            torch.cat([sample.kwargs["pixel_values"]] * 2, dim=1)[:, : sample.kwargs["pixel_values"].shape[1] + 9],
+        ),
     ),
     rotary=RotaryCapability(tables=_VISION_MODEL_SITE.rotary),
     mask=MaskCapability(probes=_VISION_MODEL_SITE.masks),
@@ -483,7 +516,9 @@ def build_text_mlp(profile: str) -> Built:
     module = Gemma4TextMLP(cfg, layer_idx=0)
     seq, count = (static.GEMMA4["max_seq"], 1) if profile == STATIC else (8, 3)
     sample = lambda: Sample(args=(torch.randn(1, seq, cfg.hidden_size),))  # noqa: E731
-    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(count)), evaluation={"default": sample()}))
+    return Built(
+        module, CaseInputs(calibration=tuple(sample() for _ in range(count)), evaluation={"default": sample()})
+    )
 
 
 TEXT_PARTS = [
@@ -505,30 +540,51 @@ CASES = [VISION_ENCODER, VISION_ENCODER_PADDED_CALIB, *VISION_PARTS, VISION_MODE
 
 
 # One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(CASES, {
-    "gemma4_vision_attention": {"qparam_consistency": replaced_qparams()},
-    "gemma4_vision_encoder_layer": {"qparam_consistency": replaced_qparams()},
-    "gemma4_vision_model": {"qparam_consistency": replaced_qparams()},
-})
+CASES = with_expected(
+    CASES,
+    {
+        "gemma4_vision_attention": {"qparam_consistency": replaced_qparams()},
+        "gemma4_vision_encoder_layer": {"qparam_consistency": replaced_qparams()},
+        "gemma4_vision_model": {"qparam_consistency": replaced_qparams()},
+    },
+)
 
 
 # The nightly profile's own limits, with their sources (cases/limits/e2b_dims.json).
-_NO_STANDARDIZE = {"gemma4_vision_model": {"obs_minus_bias": (
-    "QuantGemma4VisionModel applies obs_minus_bias only when config.standardize "
-    "(gemma4/quant_vision_model.py:187-196); the E2B vision config, like TICO's e2b_dims and e2b_static_runtime "
-    "smoke, does not standardize, so at this width it is never fed")}}
+_NO_STANDARDIZE = {
+    "gemma4_vision_model": {
+        "obs_minus_bias": (
+            "QuantGemma4VisionModel applies obs_minus_bias only when config.standardize "
+            "(gemma4/quant_vision_model.py:187-196); the E2B vision config, like TICO's e2b_dims and "
+            "e2b_static_runtime "
+            "smoke, does not standardize, so at this width it is never fed"
+        )
+    }
+}
 CASES = with_profile_limits(CASES, "e2b_dims", unused_observers=_NO_STANDARDIZE)
 # The static_runtime profile's limits (cases/limits/static_runtime.json); E2B widths, so the same allowlist.
 # Its encoder calibration sample is TICO's static layout, padded (build_vision_encoder), so the attention-mask
 # observer sees the -120 fill: the padding hazard's cause is absent there and mask_quant must pass.
-CASES = with_profile_limits(CASES, "static_runtime", unused_observers=_NO_STANDARDIZE,
-                            expected_failures={"gemma4_vision_encoder": {"mask_quant": None}})
+CASES = with_profile_limits(
+    CASES,
+    "static_runtime",
+    unused_observers=_NO_STANDARDIZE,
+    expected_failures={"gemma4_vision_encoder": {"mask_quant": None}},
+)
 
 
 # The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
-for _name in ("gemma4_vision_encoder", "gemma4_vision_attention", "gemma4_vision_encoder_layer",
-              "gemma4_vision_patch_embedder", "gemma4_vision_model"):
+for _name in (
+    "gemma4_vision_encoder",
+    "gemma4_vision_attention",
+    "gemma4_vision_encoder_layer",
+    "gemma4_vision_patch_embedder",
+    "gemma4_vision_model",
+):
     static.declare(_name, vision_patch_seq_len=static.GEMMA4_NUM_PATCHES)
-static.declare("gemma4_vision_pooler", vision_patch_seq_len=static.GEMMA4_NUM_PATCHES,
-               vision_pool_output_length=static.GEMMA4["max_soft_tokens"])
+static.declare(
+    "gemma4_vision_pooler",
+    vision_patch_seq_len=static.GEMMA4_NUM_PATCHES,
+    vision_pool_output_length=static.GEMMA4["max_soft_tokens"],
+)
 static.declare("gemma4_text_mlp", prefill_seq_len=static.GEMMA4["max_seq"])

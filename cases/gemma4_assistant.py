@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 from harness import (
     Built,
     Case,
@@ -30,12 +31,10 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    first_call_kwarg,
+    unwrap,
 )
-from harness import first_call_kwarg
-from harness import unwrap
 from harness.findings import expect
-
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
 
 ASSISTANT_REQUIRES = ("transformers.models.gemma4_assistant.modeling_gemma4_assistant",)
 ASSISTANT_MIN_VERSIONS = {"transformers": "5.9"}
@@ -126,8 +125,13 @@ def _core_sample(config, rope: str, padding: int = 0) -> DraftSample:
     text = config.get_text_config()
     dims = _kv_head_dims(text)
     lengths = {"full_attention": KV_LEN, "sliding_attention": SLIDING_KV_LEN}
-    kv = {t: (torch.randn(1, text.num_key_value_heads, lengths[t], d), torch.randn(1, text.num_key_value_heads, lengths[t], d))
-          for t, d in dims.items()}
+    kv = {
+        t: (
+            torch.randn(1, text.num_key_value_heads, lengths[t], d),
+            torch.randn(1, text.num_key_value_heads, lengths[t], d),
+        )
+        for t, d in dims.items()
+    }
     mask = torch.ones(1, KV_LEN, dtype=torch.long)
     mask[:, :padding] = 0
     kwargs = {
@@ -141,8 +145,8 @@ def _core_sample(config, rope: str, padding: int = 0) -> DraftSample:
 
 
 def build_core(profile: str) -> Built:
-    from transformers.models.gemma4_assistant.modeling_gemma4_assistant import Gemma4AssistantForCausalLM
     from tico.quantization.config.gemma4_attention import get_gemma4_text_attention_options
+    from transformers.models.gemma4_assistant.modeling_gemma4_assistant import Gemma4AssistantForCausalLM
 
     config = assistant_config(profile)
     module = Gemma4AssistantForCausalLM(config)
@@ -165,11 +169,11 @@ def _static_inputs(kwargs, config, rope: str):
     """Dynamic draft inputs canonicalized by tico's host helper to the core's fixed ABI
     (capacity-padded K/V, additive masks, RoPE from an HF rotary module in ``rope``'s sine
     convention)."""
-    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRotaryEmbedding
     from tico.quantization.wrapq.wrappers.gemma4_assistant.static_inputs import (
         Gemma4AssistantStaticShapeConfig,
         canonicalize_gemma4_assistant_static_inputs,
     )
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRotaryEmbedding
 
     return canonicalize_gemma4_assistant_static_inputs(
         inputs_embeds=kwargs["inputs_embeds"],
@@ -199,8 +203,8 @@ def _layers(root: torch.nn.Module):
 
 def _hf_rope(config, position: int, layer_type: str, convention: str) -> tuple[torch.Tensor, torch.Tensor]:
     """HF's rotary module at one position, with sine put into the wrapper's convention."""
-    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRotaryEmbedding
     from tico.quantization.wrapq.wrappers.gemma4.rope import prepare_gemma4_rope_sin
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRotaryEmbedding
 
     rotary = Gemma4TextRotaryEmbedding(config.get_text_config())
     cos, sin = rotary(torch.zeros(1), torch.tensor([[position]]), layer_type)
@@ -227,12 +231,20 @@ def _core_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, built: Bu
         static = _static_named(sample)
         for layer_type in LAYER_TYPES:
             prefix = layer_type.split("_")[0]
-            tables.append(RotaryTables(f"{label}.static.{layer_type}", (static[f"{prefix}_cos"], static[f"{prefix}_sin"]),
-                                       _hf_rope(config, position, layer_type, convention)))
+            tables.append(
+                RotaryTables(
+                    f"{label}.static.{layer_type}",
+                    (static[f"{prefix}_cos"], static[f"{prefix}_sin"]),
+                    _hf_rope(config, position, layer_type, convention),
+                )
+            )
         for i, (layer_type, layer) in enumerate(_layers(wrapped)):
             used = first_call_kwarg(wrapped, layer, lambda m: sample.call(m), "position_embeddings")
-            tables.append(RotaryTables(f"{label}.layer{i}.{layer_type}", tuple(used),
-                                       _hf_rope(config, position, layer_type, convention)))
+            tables.append(
+                RotaryTables(
+                    f"{label}.layer{i}.{layer_type}", tuple(used), _hf_rope(config, position, layer_type, convention)
+                )
+            )
     return tables
 
 
@@ -269,8 +281,15 @@ def _core_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
             fed = first_call_kwarg(root, layer, lambda m: sample.call(m), "attention_mask")
             attn = unwrap(unwrap(layer).self_attn)
             applied = attn._fq(fed, attn.obs_attn_mask)
-            probes.append(MaskProbe(f"{label}.layer{i}.{layer_type}", applied, torch.ones(1, 1, dtype=torch.bool),
-                                    fill, allowed=_allowed_keys(valid, layer_type, window)))
+            probes.append(
+                MaskProbe(
+                    f"{label}.layer{i}.{layer_type}",
+                    applied,
+                    torch.ones(1, 1, dtype=torch.bool),
+                    fill,
+                    allowed=_allowed_keys(valid, layer_type, window),
+                )
+            )
     return probes
 
 
@@ -302,10 +321,10 @@ _TIED_HEAD = (
     "with ordered embeddings the core never calls lm_head; its (fake-quantized) weight only feeds the "
     "sparse head, so lm_head's activation observers are never fed"
 )
-_MASK_NEVER_SEES_FILL = expect("mask-fill-clamped-by-observer", check="mask_quant",
-                               probes=("padded.layer1.full_attention",))
-_CAPACITY_SLOTS_LEAK = expect("mask-fill-clamped-by-observer", check="dynamic_vs_export",
-                              probes=("default", "padded"))
+_MASK_NEVER_SEES_FILL = expect(
+    "mask-fill-clamped-by-observer", check="mask_quant", probes=("padded.layer1.full_attention",)
+)
+_CAPACITY_SLOTS_LEAK = expect("mask-fill-clamped-by-observer", check="dynamic_vs_export", probes=("default", "padded"))
 _HOST_ONLY = (
     "the ordered sparse head is host-side by design and has no export path: TICO's smoke case sets "
     "supports_circle_export=False because 'the ordered sparse head runs on the host: dynamic top-k, "
@@ -334,20 +353,29 @@ CASES = [
             "quant_accuracy": {"max_mean_abs_diff": 0.011, "max_abs_diff": 0.026, "max_peir": 0.055},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
-        export=ExportCapability(adapter=_core_adapter, args=lambda s: s.static_args, samples=("default", "padded"),
-                               contradicting_args=_contradicting),
+        export=ExportCapability(
+            adapter=_core_adapter,
+            args=lambda s: s.static_args,
+            samples=("default", "padded"),
+            contradicting_args=_contradicting,
+        ),
         rotary=RotaryCapability(tables=_core_rotary),
         mask=MaskCapability(probes=_core_masks),
         unused_observers={
-            **{f"model.layers.*.wrapped.self_attn.wrapped.obs_{n}": _SHARED_KV for n in
-               ("k_x1", "k_x2", "k_neg", "k_cat", "k_cos", "k_sin", "k_rot", "new_k", "new_v")},
+            **{
+                f"model.layers.*.wrapped.self_attn.wrapped.obs_{n}": _SHARED_KV
+                for n in ("k_x1", "k_x2", "k_neg", "k_cat", "k_cos", "k_sin", "k_rot", "new_k", "new_v")
+            },
             "model.layers.*.wrapped.self_attn.wrapped.obs_q_neg": _NO_NEGATION,
             "model.layers.*.wrapped.self_attn.wrapped.obs_scale": _UNIT_SCALING,
             "lm_head.wrapped.obs_act_in": _TIED_HEAD,
             "lm_head.wrapped.obs_act_out": _TIED_HEAD,
         },
-        expected_failures={"mask_quant": _MASK_NEVER_SEES_FILL, "dynamic_vs_export": _CAPACITY_SLOTS_LEAK,
-                           "no_side_effects": MASK_TEMPLATE_PER_LAYER},
+        expected_failures={
+            "mask_quant": _MASK_NEVER_SEES_FILL,
+            "dynamic_vs_export": _CAPACITY_SLOTS_LEAK,
+            "no_side_effects": MASK_TEMPLATE_PER_LAYER,
+        },
     ),
     Case(
         name="gemma4_assistant_sparse_head",
@@ -361,14 +389,25 @@ CASES = [
         # quantized; it still picks HF's top-2 centroids, and the selected logits are float
         # hidden @ the given LM-head rows. Any selection flip would show as a large jump.
         settings={"quant_accuracy": {"max_mean_abs_diff": 1e-6, "max_abs_diff": 1e-6, "max_peir": 1e-6}},
-        not_applicable={check: _HOST_ONLY for check in
-                        ("dynamic_vs_export", "torch_export", "circle_replay", "qparam_audit", "qparam_consistency",
-                     "export_contract")},
+        not_applicable={
+            check: _HOST_ONLY
+            for check in (
+                "dynamic_vs_export",
+                "torch_export",
+                "circle_replay",
+                "qparam_audit",
+                "qparam_consistency",
+                "export_contract",
+            )
+        },
     ),
 ]
 
 
 # One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(CASES, {
-    "gemma4_assistant_core": {"qparam_consistency": replaced_qparams()},
-})
+CASES = with_expected(
+    CASES,
+    {
+        "gemma4_assistant_core": {"qparam_consistency": replaced_qparams()},
+    },
+)

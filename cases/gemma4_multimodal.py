@@ -15,6 +15,19 @@ from typing import Callable
 
 import torch
 
+from cases import _static_runtime as static
+from cases._gemma4_common import (
+    E2B_PROFILES,
+    GEMMA4_MIN_VERSIONS,
+    GEMMA4_REQUIRES,
+    grid_positions,
+    vision_config,
+    vision_model_sample,
+)
+from cases._gemma4_text_common import additive_mask, allowed_pairs, attention_unused, sin_in_convention
+from cases._profile_limits import with_profile_limits
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
+from cases.gemma4 import text_config
 from harness import (
     Built,
     Case,
@@ -25,24 +38,10 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    first_call_kwarg,
+    unwrap,
 )
-from harness import first_call_kwarg
-from harness import unwrap
 from harness.findings import expect
-
-from cases._gemma4_text_common import additive_mask, allowed_pairs, attention_unused, sin_in_convention
-from cases._profile_limits import with_profile_limits
-from cases import _static_runtime as static
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
-from cases._gemma4_common import (
-    E2B_PROFILES,
-    GEMMA4_MIN_VERSIONS,
-    GEMMA4_REQUIRES,
-    grid_positions,
-    vision_config,
-    vision_model_sample,
-)
-from cases.gemma4 import text_config
 
 _COMMON = dict(family="gemma4", seed=123, requires=GEMMA4_REQUIRES, min_versions=GEMMA4_MIN_VERSIONS)
 
@@ -64,7 +63,9 @@ def build_multimodal_embedder(profile: str) -> Built:
     # static_runtime: the deployment's valid soft tokens (TICO's e2b_static_runtime), one calibration sample
     seq, count = (static.GEMMA4["num_visual_tokens"], 1) if profile == static.PROFILE else (SEQ, 3)
     sample = lambda: Sample(args=(torch.randn(1, seq, vision.hidden_size),))  # noqa: E731
-    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(count)), evaluation={"default": sample()}))
+    return Built(
+        module, CaseInputs(calibration=tuple(sample() for _ in range(count)), evaluation={"default": sample()})
+    )
 
 
 static.declare("gemma4_multimodal_embedder", visual_token_seq_len=static.GEMMA4["num_visual_tokens"])
@@ -141,8 +142,11 @@ class TextDecoderSite:
                 raise NotImplementedError(f"no mask truth written for layer type {kind!r}")
             template = getattr(text, f"{kind}_attention_mask_template")
             seq = template.shape[-1]
-            probes.append(MaskProbe(f"template:{kind}", template, torch.ones(1, seq, dtype=torch.bool), fill,
-                                    allowed=allowed_pairs(seq)))
+            probes.append(
+                MaskProbe(
+                    f"template:{kind}", template, torch.ones(1, seq, dtype=torch.bool), fill, allowed=allowed_pairs(seq)
+                )
+            )
         return probes
 
 
@@ -171,8 +175,9 @@ def _text_samples(vocab_high: int) -> tuple[tuple[Sample, ...], dict[str, Sample
     return calibration, {"default": default, "padded": _prompt(ids(), keep)}
 
 
-def with_export_args(sample: PromptSample, hf_model: torch.nn.Module, rope_convention: str,
-                     text: torch.nn.Module | None = None) -> PromptSample:
+def with_export_args(
+    sample: PromptSample, hf_model: torch.nn.Module, rope_convention: str, text: torch.nn.Module | None = None
+) -> PromptSample:
     """``sample`` with the runtime-side inputs of QuantGemma4Model's static ABI, made the way HF
     makes them for the same prompt: the fused (text + image soft token) embeddings HF's
     Gemma4Model hands its language model (a text-only model, fed token ids: the embeddings of
@@ -206,8 +211,14 @@ def model_config(profile: str, *, softcapping: bool):
     text = text_config(profile)
     if softcapping:
         text.final_logit_softcapping = 30.0
-    return Gemma4Config(text_config=text, vision_config=vision_config(profile), audio_config=None,
-                        image_token_id=IMAGE_TOKEN, video_token_id=VIDEO_TOKEN, audio_token_id=AUDIO_TOKEN)
+    return Gemma4Config(
+        text_config=text,
+        vision_config=vision_config(profile),
+        audio_config=None,
+        image_token_id=IMAGE_TOKEN,
+        video_token_id=VIDEO_TOKEN,
+        audio_token_id=AUDIO_TOKEN,
+    )
 
 
 def model_ptq_config(num_vision_layers: int) -> Callable[[str], object]:
@@ -217,8 +228,11 @@ def model_ptq_config(num_vision_layers: int) -> Callable[[str], object]:
         from tico.quantization.config.gemma4_builders import build_gemma4_e2b_ptq_config
 
         vision_args = {"vision": {"visual_start_idx": 0, "num_visual_tokens": NUM_VISUAL_TOKENS}}
-        return build_gemma4_e2b_ptq_config(num_text_layers=1, num_vision_layers=num_vision_layers,
-                                           model_args=vision_args if num_vision_layers else None)
+        return build_gemma4_e2b_ptq_config(
+            num_text_layers=1,
+            num_vision_layers=num_vision_layers,
+            model_args=vision_args if num_vision_layers else None,
+        )
 
     return build
 
@@ -230,8 +244,13 @@ def _image_sample(config) -> PromptSample:
     ids = torch.randint(0, IMAGE_TOKEN, (1, SEQ))
     ids[:, :NUM_VISUAL_TOKENS] = IMAGE_TOKEN
     pixels = vision_model_sample(config.vision_config, grid_positions(36, width=6))
-    return PromptSample(kwargs={"input_ids": ids, "pixel_values": pixels.kwargs["pixel_values"],
-                                "image_position_ids": pixels.kwargs["pixel_position_ids"]})
+    return PromptSample(
+        kwargs={
+            "input_ids": ids,
+            "pixel_values": pixels.kwargs["pixel_values"],
+            "image_position_ids": pixels.kwargs["pixel_position_ids"],
+        }
+    )
 
 
 def build_model(profile: str, *, head: bool) -> Built:
@@ -293,8 +312,10 @@ _CONDITIONAL_SITE = TextDecoderSite(
 )
 
 _TEXT_UNUSED = attention_unused("*layers.0.wrapped.self_attn.wrapped.")
-_PLE_OFF = ("per-layer embeddings are off in this config (hidden_size_per_layer_input=0, as in TICO's smoke), "
-            "so there are no per-layer inputs to observe")
+_PLE_OFF = (
+    "per-layer embeddings are off in this config (hidden_size_per_layer_input=0, as in TICO's smoke), "
+    "so there are no per-layer inputs to observe"
+)
 
 
 def smoke_export_module(root: torch.nn.Module, sample: Sample, built: Built) -> torch.nn.Module:
@@ -316,12 +337,20 @@ _SMOKE_HEAD_EXPORT = ExportCapability(
     samples=("default", "text", "padded"),
     refuses_calib=False,
 )
-_SMOKE_HEAD_CHECKS = ("dynamic_vs_export", "torch_export", "circle_replay", "qparam_audit", "qparam_consistency",
-                      "export_contract")
+_SMOKE_HEAD_CHECKS = (
+    "dynamic_vs_export",
+    "torch_export",
+    "circle_replay",
+    "qparam_audit",
+    "qparam_consistency",
+    "export_contract",
+)
 
 
 # Both LM-head wrappers exported as TICO's smoke exports them: one finding on every export check.
-_CONDITIONAL_EXPORT_FAILS = {check: expect("gemma4-lm-head-no-export-adapter", check=check) for check in _SMOKE_HEAD_CHECKS}
+_CONDITIONAL_EXPORT_FAILS = {
+    check: expect("gemma4-lm-head-no-export-adapter", check=check) for check in _SMOKE_HEAD_CHECKS
+}
 _CAUSAL_EXPORT_FAILS = _CONDITIONAL_EXPORT_FAILS
 
 
@@ -358,8 +387,10 @@ MODEL_CASES = [
             args=lambda sample: sample.export_args,
             samples=("default", "text", "padded"),
             unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("verify"),
-            quant_only=("QuantGemma4Model.as_export_module is QUANT-only by its contract (docstring: 'Asserts "
-                        "that the model is in QUANT mode'; 'Must be in QUANT mode for export')"),
+            quant_only=(
+                "QuantGemma4Model.as_export_module is QUANT-only by its contract (docstring: 'Asserts "
+                "that the model is in QUANT mode'; 'Must be in QUANT mode for export')"
+            ),
         ),
         rotary=RotaryCapability(tables=_MODEL_SITE.rotary),
         mask=MaskCapability(probes=_MODEL_SITE.masks),
@@ -375,14 +406,18 @@ MODEL_CASES = [
         # Measured (softcapped logits): image prompt mean 0.00083, max 0.0115, PEIR 0.0098, SQNR 41.1 dB;
         # text prompt mean 3.6e-5; padded mean 1.1e-4.
         settings={
-            "quant_accuracy": {"max_mean_abs_diff": 0.0012, "max_abs_diff": 0.017, "max_peir": 0.014, "min_sqnr_db": 37.0},
+            "quant_accuracy": {
+                "max_mean_abs_diff": 0.0012,
+                "max_abs_diff": 0.017,
+                "max_peir": 0.014,
+                "min_sqnr_db": 37.0,
+            },
         },
         rotary=RotaryCapability(tables=_CONDITIONAL_SITE.rotary),
         mask=MaskCapability(probes=_CONDITIONAL_SITE.masks),
         export=_SMOKE_HEAD_EXPORT,
         unused_observers={**_TEXT_UNUSED, "model.wrapped.obs_per_layer_inputs": _PLE_OFF},
-        expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER,
-                           **_CONDITIONAL_EXPORT_FAILS},
+        expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER, **_CONDITIONAL_EXPORT_FAILS},
         **_COMMON,
     ),
     Case(
@@ -392,18 +427,23 @@ MODEL_CASES = [
         ptq_config=model_ptq_config(num_vision_layers=0),
         # Measured (softcapped logits): mean 0.00055, max 0.0249, PEIR 0.021, SQNR 39.2 dB; padded mean 1.1e-4.
         settings={
-            "quant_accuracy": {"max_mean_abs_diff": 0.0008, "max_abs_diff": 0.035, "max_peir": 0.03, "min_sqnr_db": 35.0},
+            "quant_accuracy": {
+                "max_mean_abs_diff": 0.0008,
+                "max_abs_diff": 0.035,
+                "max_peir": 0.03,
+                "min_sqnr_db": 35.0,
+            },
         },
         rotary=RotaryCapability(tables=_CAUSAL_LM_SITE.rotary),
         mask=MaskCapability(probes=_CAUSAL_LM_SITE.masks),
         export=_SMOKE_HEAD_EXPORT,
-        expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER,
-                           **_CAUSAL_EXPORT_FAILS},
+        expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER, **_CAUSAL_EXPORT_FAILS},
         unused_observers={
             **_TEXT_UNUSED,
             "model.wrapped.obs_inputs_embeds": (
                 "QuantGemma4TextModel observes inputs_embeds only when the caller passes embeddings; "
-                "a causal LM is fed token ids, whose embeddings the embedding wrapper quantizes"),
+                "a causal LM is fed token ids, whose embeddings the embedding wrapper quantizes"
+            ),
         },
         **_COMMON,
     ),
@@ -413,9 +453,12 @@ CASES = [MULTIMODAL_EMBEDDER, *MODEL_CASES]
 
 
 # One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(CASES, {
-    "gemma4_model": {"qparam_consistency": replaced_qparams()},
-})
+CASES = with_expected(
+    CASES,
+    {
+        "gemma4_model": {"qparam_consistency": replaced_qparams()},
+    },
+)
 
 
 # The nightly profile's own limits, with their sources (cases/limits/e2b_dims.json).

@@ -23,28 +23,9 @@ import functools
 
 import torch
 
-from harness import (
-    Built,
-    Case,
-    CaseInputs,
-    ExportCapability,
-    MaskCapability,
-    MaskProbe,
-    RotaryCapability,
-    RotaryTables,
-    Sample,
-    Sweep,
-    whole_module_export,
-)
-from harness import first_call_kwarg
-from harness import unwrap
-from harness.findings import expect
-
-from cases._profile_limits import with_profile_limits
 from cases import _gemma4_ple as ple
 from cases import _static_runtime as static
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
-
+from cases._gemma4_common import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
 from cases._gemma4_text_common import (
     E2B_SLIDING_WINDOW,
     FILL,
@@ -58,7 +39,24 @@ from cases._gemma4_text_common import (
     sin_in_convention,
     text_config,
 )
-from cases._gemma4_common import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
+from cases._profile_limits import with_profile_limits
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
+from harness import (
+    Built,
+    Case,
+    CaseInputs,
+    ExportCapability,
+    MaskCapability,
+    MaskProbe,
+    RotaryCapability,
+    RotaryTables,
+    Sample,
+    Sweep,
+    first_call_kwarg,
+    unwrap,
+    whole_module_export,
+)
+from harness.findings import expect
 
 SEQ = 8  # prefill length of TICO's decoder-layer and text-model smoke cases
 # TICO's decode cache capacity is the same 8 (7 past tokens + the new one); 2048 for both at static_runtime.
@@ -94,8 +92,14 @@ def _layer_sample(hidden, rope, mask, ple: int = 0, **extra) -> Sample:
     cos, sin = rope
     if ple:
         extra["per_layer_input"] = torch.randn(*hidden.shape[:2], ple)
-    return Sample(kwargs={"hidden_states": hidden, "position_embeddings": (cos, flip_sin_half(sin)),
-                          "attention_mask": mask, **extra})
+    return Sample(
+        kwargs={
+            "hidden_states": hidden,
+            "position_embeddings": (cos, flip_sin_half(sin)),
+            "attention_mask": mask,
+            **extra,
+        }
+    )
 
 
 def _hf_layer(reference: torch.nn.Module, sample: Sample):
@@ -115,11 +119,16 @@ def _hf_layer(reference: torch.nn.Module, sample: Sample):
         keep = kw["attention_mask"][0, 0, 0] == 0
         filled = keep[: past[0].shape[2]]
         cache = DynamicCache()
-        cache.update(past[0][:, :, filled].clone(), past[1][:, :, filled].clone(),
-                     layer_idx=reference.self_attn.layer_idx)
+        cache.update(
+            past[0][:, :, filled].clone(), past[1][:, :, filled].clone(), layer_idx=reference.self_attn.layer_idx
+        )
         kw["attention_mask"] = kw["attention_mask"][..., keep]
-    return reference(**kw, position_embeddings=(cos, flip_sin_half(sin)), past_key_values=cache,
-                     shared_kv_states={} if shared is None else {layer_type: shared})
+    return reference(
+        **kw,
+        position_embeddings=(cos, flip_sin_half(sin)),
+        past_key_values=cache,
+        shared_kv_states={} if shared is None else {layer_type: shared},
+    )
 
 
 def _hf_run(layer, hidden: torch.Tensor, rope, mask, ple: int, **kwargs) -> torch.Tensor:
@@ -131,8 +140,9 @@ def _hf_run(layer, hidden: torch.Tensor, rope, mask, ple: int, **kwargs) -> torc
         return layer(hidden, position_embeddings=rope, attention_mask=mask, **kwargs)
 
 
-def build_decoder_layer(profile: str, *, layer_types: tuple[str, ...], layer_idx: int,
-                        sliding_window: int | None = None, ple: int = 0) -> Built:
+def build_decoder_layer(
+    profile: str, *, layer_types: tuple[str, ...], layer_idx: int, sliding_window: int | None = None, ple: int = 0
+) -> Built:
     """One prefill decoder layer of a (sliding, full) config, causal or sliding-window mask. At
     static_runtime: 2048 tokens, the config's own 512-token window, PLE 256, one calibration sample."""
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextDecoderLayer
@@ -150,8 +160,11 @@ def build_decoder_layer(profile: str, *, layer_types: tuple[str, ...], layer_idx
     mask = additive_mask(allowed_pairs(seq, window=window))
     sample = lambda: _layer_sample(torch.randn(1, seq, cfg.hidden_size), rope, mask, width)  # noqa: E731
     calibration = tuple(sample() for _ in range(static.calibration_count(profile, 3)))
-    return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample()}),
-                 facts={"config": cfg, "window": window})
+    return Built(
+        module,
+        CaseInputs(calibration=calibration, evaluation={"default": sample()}),
+        facts={"config": cfg, "window": window},
+    )
 
 
 def build_decoder_layer_decode(profile: str, ple: int = 0) -> Built:
@@ -170,16 +183,25 @@ def build_decoder_layer_decode(profile: str, ple: int = 0) -> Built:
 
     def sample(filled: int = slots) -> Sample:
         cache = DynamicCache()
-        _hf_run(module, torch.randn(1, filled, cfg.hidden_size), hf_rope(cfg, "full_attention",
-                torch.arange(filled)[None]), additive_mask(allowed_pairs(filled)), width,
-                shared_kv_states={}, past_key_values=cache)
+        _hf_run(
+            module,
+            torch.randn(1, filled, cfg.hidden_size),
+            hf_rope(cfg, "full_attention", torch.arange(filled)[None]),
+            additive_mask(allowed_pairs(filled)),
+            width,
+            shared_kv_states={},
+            past_key_values=cache,
+        )
         empty = slots - filled
-        past = tuple(torch.nn.functional.pad(t, (0, 0, 0, empty)) for t in (cache.layers[0].keys, cache.layers[0].values))
+        past = tuple(
+            torch.nn.functional.pad(t, (0, 0, 0, empty)) for t in (cache.layers[0].keys, cache.layers[0].values)
+        )
         mask = torch.zeros(1, 1, 1, capacity)
         mask[..., filled:slots] = FILL
         step_rope = hf_rope(cfg, "full_attention", torch.tensor([[filled]]))
-        return _layer_sample(torch.randn(1, 1, cfg.hidden_size), step_rope, mask, width, past_key_value=past,
-                             use_cache=True)
+        return _layer_sample(
+            torch.randn(1, 1, cfg.hidden_size), step_rope, mask, width, past_key_value=past, use_cache=True
+        )
 
     calibration = tuple(sample() for _ in range(static.calibration_count(profile, 3)))
     evaluation = {"default": sample(), "partial_cache": sample(filled=slots - 2)}
@@ -204,8 +226,7 @@ def _decode_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
     for name, sample in built.inputs.evaluation.items():
         given = sample.kwargs["attention_mask"]
         used = _attention_built_mask(root, sample, given)
-        probes.append(MaskProbe(name, used, torch.ones(1, 1, dtype=torch.bool), fill,
-                                allowed=(given[:, 0] == 0)))
+        probes.append(MaskProbe(name, used, torch.ones(1, 1, dtype=torch.bool), fill, allowed=(given[:, 0] == 0)))
     return probes
 
 
@@ -266,19 +287,27 @@ def _layer_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
     keep[:, -3:] = False
     valid = torch.ones(1, seq, dtype=torch.bool)
     return [
-        MaskProbe("no_mask", _attention_built_mask(root, sample, None), valid, fill,
-                  allowed=allowed_pairs(seq, window=window)),
-        MaskProbe("bool_keep_padding", _attention_built_mask(root, sample, keep), valid, fill,
-                  allowed=allowed_pairs(seq, window=window, keep=keep)),
+        MaskProbe(
+            "no_mask", _attention_built_mask(root, sample, None), valid, fill, allowed=allowed_pairs(seq, window=window)
+        ),
+        MaskProbe(
+            "bool_keep_padding",
+            _attention_built_mask(root, sample, keep),
+            valid,
+            fill,
+            allowed=allowed_pairs(seq, window=window, keep=keep),
+        ),
     ]
 
 
 _LAYER_MASKS = MaskCapability(probes=_layer_masks)
 
-_SLIDING_FALLBACK_FILL = expect("gemma4-sliding-window-ignored", check="mask_fill",
-                                  probes=("no_mask", "bool_keep_padding"))
-_SLIDING_FALLBACK_QUANT = expect("gemma4-sliding-window-ignored", check="mask_quant",
-                                   probes=("no_mask", "bool_keep_padding"))
+_SLIDING_FALLBACK_FILL = expect(
+    "gemma4-sliding-window-ignored", check="mask_fill", probes=("no_mask", "bool_keep_padding")
+)
+_SLIDING_FALLBACK_QUANT = expect(
+    "gemma4-sliding-window-ignored", check="mask_quant", probes=("no_mask", "bool_keep_padding")
+)
 
 
 def _ple_arg(sample: Sample) -> tuple:
@@ -289,6 +318,7 @@ def _ple_arg(sample: Sample) -> tuple:
 def _prefill_export(*, with_shared_kv: bool = False) -> ExportCapability:
     """tico's static prefill adapter (returns hidden plus new K/V, as TICO exports it); with PLE on
     it takes ``per_layer_input`` and the producer's observer (``cases/_gemma4_ple.py``)."""
+
     def args(s: Sample) -> tuple:
         kw = s.kwargs
         base = (kw["hidden_states"], kw["attention_mask"], kw["position_embeddings"])
@@ -298,7 +328,8 @@ def _prefill_export(*, with_shared_kv: bool = False) -> ExportCapability:
 
     return ExportCapability(
         adapter=lambda root, sample, built: unwrap(root).as_export_module(
-            "prefill", return_kv=True, per_layer_input_observer=ple.boundary_observer(root)),
+            "prefill", return_kv=True, per_layer_input_observer=ple.boundary_observer(root)
+        ),
         args=args,
         unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
     )
@@ -306,9 +337,17 @@ def _prefill_export(*, with_shared_kv: bool = False) -> ExportCapability:
 
 _DECODE_EXPORT = ExportCapability(
     adapter=lambda root, sample, built: unwrap(root).as_export_module(
-        "decode", return_kv=True, per_layer_input_observer=ple.boundary_observer(root)),
-    args=lambda s: (s.kwargs["hidden_states"], s.kwargs["attention_mask"], s.kwargs["position_embeddings"],
-                    s.kwargs["past_key_value"]) + _ple_arg(s),
+        "decode", return_kv=True, per_layer_input_observer=ple.boundary_observer(root)
+    ),
+    args=lambda s: (
+        (
+            s.kwargs["hidden_states"],
+            s.kwargs["attention_mask"],
+            s.kwargs["position_embeddings"],
+            s.kwargs["past_key_value"],
+        )
+        + _ple_arg(s)
+    ),
     samples=("default", "partial_cache"),
     unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
 )
@@ -319,17 +358,23 @@ _SHARED_KV_UNUSED = attention_unused("self_attn.wrapped.", shared_kv=True)
 # Fields every Gemma4 text case here shares.
 _GEMMA4 = dict(family="gemma4", seed=123, requires=GEMMA4_REQUIRES, min_versions=GEMMA4_MIN_VERSIONS)
 _LAYER = dict(
-    profiles=("tiny", "e2b_dims", STATIC), ptq_config=npu_export_config, reference_call=_hf_layer,
-    expected_wrapper="QuantGemma4TextDecoderLayer", prepare=ple.prepare_with_boundary,
-    convert=ple.convert_with_boundary, **_GEMMA4,
+    profiles=("tiny", "e2b_dims", STATIC),
+    ptq_config=npu_export_config,
+    reference_call=_hf_layer,
+    expected_wrapper="QuantGemma4TextDecoderLayer",
+    prepare=ple.prepare_with_boundary,
+    convert=ple.convert_with_boundary,
+    **_GEMMA4,
 )
 
 # Per-Layer Embeddings: TICO's tiny and e2b_dims smoke runs the layers with PLE off; E2B deploys them with it on.
 _PLE_AXIS = dict(
     axes={"ple": (0, 16)},
-    why={"ple": "hidden_size_per_layer_input > 0 adds the per-layer gate, projection and norm with their observers "
-                "(gemma4/quant_text_decoder_layer.py:113-150, _apply_per_layer_input :182-218) and the export "
-                "adapters' per_layer_input boundary observer (gemma4/export_adapters.py:639, :699)"},
+    why={
+        "ple": "hidden_size_per_layer_input > 0 adds the per-layer gate, projection and norm with their observers "
+        "(gemma4/quant_text_decoder_layer.py:113-150, _apply_per_layer_input :182-218) and the export "
+        "adapters' per_layer_input boundary observer (gemma4/export_adapters.py:639, :699)"
+    },
     pr="each",
     nightly="all",
 )
@@ -343,8 +388,16 @@ _PLE_SWEEP = Sweep(**_PLE_AXIS)
 # Switching off any one site alone recovers at most 0.28 dB, because the other observer still clips, so
 # explain's per-site gains stay small. The limits below are python -m harness limits over native and
 # ATEN_CPU_CAPABILITY=default runs of the variant (identical: SQNR 10.16, PEIR 0.200 on partial_cache).
-_PLE_DECODE_SWEEP = Sweep(**_PLE_AXIS, overrides={"ple=16": {"settings": {"quant_accuracy": {
-    "max_peir": 0.26, "max_mean_abs_diff": 0.59, "max_abs_diff": 2.0, "min_sqnr_db": 8.6}}}})
+_PLE_DECODE_SWEEP = Sweep(
+    **_PLE_AXIS,
+    overrides={
+        "ple=16": {
+            "settings": {
+                "quant_accuracy": {"max_peir": 0.26, "max_mean_abs_diff": 0.59, "max_abs_diff": 2.0, "min_sqnr_db": 8.6}
+            }
+        }
+    },
+)
 
 DECODER_LAYERS = [
     Case(
@@ -365,13 +418,22 @@ DECODER_LAYERS = [
     Case(
         name="gemma4_text_decoder_layer_sliding_prefill",
         description="sliding-attention Gemma4TextDecoderLayer (window 4 < 8 tokens), sliding-window causal prefill",
-        build=functools.partial(build_decoder_layer, layer_types=("sliding_attention", "full_attention"), layer_idx=0,
-                                sliding_window=SLIDING_WINDOW),
+        build=functools.partial(
+            build_decoder_layer,
+            layer_types=("sliding_attention", "full_attention"),
+            layer_idx=0,
+            sliding_window=SLIDING_WINDOW,
+        ),
         # Measured on tico 0.3.0: mean 0.0616, max 0.435, PEIR 0.0454, SQNR 25.8 dB; Circle replay of the
         # hidden output exact, of the returned K max 4 / mean 0.01 of its steps as exported (V exact); against
         # torch aligned to the rotate-half qparams tico replaces (qparam_consistency) K max 0 steps.
         settings={
-            "quant_accuracy": {"max_mean_abs_diff": 0.085, "max_abs_diff": 0.65, "max_peir": 0.065, "min_sqnr_db": 21.0},
+            "quant_accuracy": {
+                "max_mean_abs_diff": 0.085,
+                "max_abs_diff": 0.65,
+                "max_peir": 0.065,
+                "min_sqnr_db": 21.0,
+            },
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         unused_observers=_ATTN_UNUSED,
@@ -477,9 +539,10 @@ def build_text_model(profile: str) -> Built:
         ids = torch.randint(0, cfg.vocab_size, (batch, SEQ))
         keep = torch.ones(batch, SEQ, dtype=torch.long)
         if pad:
-            keep[-1, SEQ - pad:] = 0  # the last row ends in padding
-        return Sample(kwargs={"input_ids": ids, "attention_mask": keep, "return_dict": True},
-                      valid_tokens=keep.to(torch.bool))
+            keep[-1, SEQ - pad :] = 0  # the last row ends in padding
+        return Sample(
+            kwargs={"input_ids": ids, "attention_mask": keep, "return_dict": True}, valid_tokens=keep.to(torch.bool)
+        )
 
     calibration = tuple(sample() for _ in range(3))
     evaluation = {"default": sample(), "padded": sample(batch=2, pad=3)}
@@ -500,12 +563,22 @@ def _text_model_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, bui
     for layer_type in dict.fromkeys(cfg.layer_types):
         layer = model.layers[cfg.layer_types.index(layer_type)]
         cos, sin = first_call_kwarg(wrapped, layer, sample.call, "position_embeddings")
-        tables.append(RotaryTables(f"dynamic:{layer_type}", (cos, sin_in_convention(sin, convention)),
-                                   reference.rotary_emb(torch.zeros(1), positions, layer_type)))
+        tables.append(
+            RotaryTables(
+                f"dynamic:{layer_type}",
+                (cos, sin_in_convention(sin, convention)),
+                reference.rotary_emb(torch.zeros(1), positions, layer_type),
+            )
+        )
         cos_t = getattr(model, f"{layer_type}_cos_template")
         sin_t = getattr(model, f"{layer_type}_sin_template")
-        tables.append(RotaryTables(f"template:{layer_type}", (cos_t, sin_in_convention(sin_t, convention)),
-                                   reference.rotary_emb(torch.zeros(1), all_positions, layer_type)))
+        tables.append(
+            RotaryTables(
+                f"template:{layer_type}",
+                (cos_t, sin_in_convention(sin_t, convention)),
+                reference.rotary_emb(torch.zeros(1), all_positions, layer_type),
+            )
+        )
     return tables
 
 
@@ -525,8 +598,15 @@ def _text_model_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
         window = cfg.sliding_window if layer_type == "sliding_attention" else None
         for name, (run, keep) in runs.items():
             used = first_call_kwarg(root, layer, run, "attention_mask")
-            probes.append(MaskProbe(f"{layer_type}:{name}", used, keep.to(torch.bool), fill,
-                                    allowed=allowed_pairs(SEQ, window=window, keep=keep)))
+            probes.append(
+                MaskProbe(
+                    f"{layer_type}:{name}",
+                    used,
+                    keep.to(torch.bool),
+                    fill,
+                    allowed=allowed_pairs(SEQ, window=window, keep=keep),
+                )
+            )
     return probes
 
 
@@ -541,16 +621,18 @@ class TextModelStaticCall(torch.nn.Module):
         self.root = root
 
     def forward(self, input_ids: torch.Tensor, attention_masks: dict) -> torch.Tensor:
-        return self.root(input_ids=input_ids, attention_mask=attention_masks, use_cache=False,
-                         return_dict=True).last_hidden_state
+        return self.root(
+            input_ids=input_ids, attention_mask=attention_masks, use_cache=False, return_dict=True
+        ).last_hidden_state
 
 
 def _text_model_export_masks(keep: torch.Tensor, k_len: int = SEQ) -> dict[str, torch.Tensor]:
     """The additive masks the CPU runtime hands the text model, per layer type of this config:
     causal (inside the sliding window for sliding layers), padded keys blocked, fill -120."""
-    return {"full_attention": additive_mask(allowed_pairs(SEQ, k_len, keep=keep[:, -k_len:])),
-            "sliding_attention": additive_mask(allowed_pairs(SEQ, k_len, window=SLIDING_WINDOW,
-                                                             keep=keep[:, -k_len:]))}
+    return {
+        "full_attention": additive_mask(allowed_pairs(SEQ, k_len, keep=keep[:, -k_len:])),
+        "sliding_attention": additive_mask(allowed_pairs(SEQ, k_len, window=SLIDING_WINDOW, keep=keep[:, -k_len:])),
+    }
 
 
 _TEXT_MODEL_EXPORT = ExportCapability(
@@ -559,8 +641,10 @@ _TEXT_MODEL_EXPORT = ExportCapability(
     samples=("default", "padded"),
     refuses_calib=False,
     # masks one key shorter than the sequence: "Explicit mask is shorter than the KV span" (quant_text_model.py:411)
-    contradicting_args=lambda s, built: (s.kwargs["input_ids"],
-                                         _text_model_export_masks(s.kwargs["attention_mask"], k_len=SEQ - 1)),
+    contradicting_args=lambda s, built: (
+        s.kwargs["input_ids"],
+        _text_model_export_masks(s.kwargs["attention_mask"], k_len=SEQ - 1),
+    ),
 )
 
 _TEXT_MODEL_CIRCLE = expect("gemma4-text-model-lt-scalar")
@@ -585,13 +669,15 @@ TEXT_MODEL = Case(
     unused_observers={
         "layers.*.wrapped.self_attn.wrapped.obs_scale": SCALE_UNUSED,
         "obs_inputs_embeds": "fed only when the caller passes inputs_embeds; TICO's samples (and these) pass "
-                             "input_ids, whose embeddings embed_tokens' own observers cover",
+        "input_ids, whose embeddings embed_tokens' own observers cover",
     },
     rotary=RotaryCapability(tables=_text_model_rotary),
     mask=MaskCapability(probes=_text_model_masks),
     export=_TEXT_MODEL_EXPORT,
-    expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER,
-                       **{check: _TEXT_MODEL_CIRCLE for check in ("circle_replay", "qparam_audit", "qparam_consistency")}},
+    expected_failures={
+        "no_side_effects": MASK_TEMPLATE_PER_LAYER,
+        **{check: _TEXT_MODEL_CIRCLE for check in ("circle_replay", "qparam_audit", "qparam_consistency")},
+    },
     **_GEMMA4,
 )
 
@@ -599,13 +685,18 @@ CASES = [*DECODER_LAYERS, EMBEDDING, TEXT_MODEL]
 
 
 # One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(CASES, {
-    "gemma4_text_decoder_layer_prefill": {"qparam_consistency": replaced_qparams()},
-    "gemma4_text_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
-    "gemma4_text_decoder_layer_shared_kv": {"qparam_consistency": replaced_qparams()},
-    "gemma4_text_decoder_layer_sliding_prefill": {"qparam_consistency": replaced_qparams()},
-    "gemma4_text_scaled_word_embedding": {"qparam_consistency": replaced_qparams(rotate_half=False, embedding=True)},
-})
+CASES = with_expected(
+    CASES,
+    {
+        "gemma4_text_decoder_layer_prefill": {"qparam_consistency": replaced_qparams()},
+        "gemma4_text_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
+        "gemma4_text_decoder_layer_shared_kv": {"qparam_consistency": replaced_qparams()},
+        "gemma4_text_decoder_layer_sliding_prefill": {"qparam_consistency": replaced_qparams()},
+        "gemma4_text_scaled_word_embedding": {
+            "qparam_consistency": replaced_qparams(rotate_half=False, embedding=True)
+        },
+    },
+)
 
 
 # The nightly profiles' own limits, with their sources (cases/limits/e2b_dims.json, cases/limits/static_runtime.json).

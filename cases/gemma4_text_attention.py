@@ -25,12 +25,8 @@ import functools
 
 import torch
 
-from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import replaced_qparams, with_expected
-from harness import (Built, Case, CaseInputs, Expected, ExportCapability, MaskCapability, MaskProbe, Sample)
-from harness import unwrap
-from harness.findings import expect
-
+from cases import _static_runtime as static
+from cases._gemma4_common import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
 from cases._gemma4_text_common import (
     additive_mask,
     allowed_pairs,
@@ -40,8 +36,10 @@ from cases._gemma4_text_common import (
     npu_export_config,
     text_config,
 )
-from cases._gemma4_common import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
-from cases import _static_runtime as static
+from cases._profile_limits import with_profile_limits
+from cases._shared_diagnoses import replaced_qparams, with_expected
+from harness import Built, Case, CaseInputs, Expected, ExportCapability, MaskCapability, MaskProbe, Sample, unwrap
+from harness.findings import expect
 
 SEQ = 8  # prefill length and decode cache capacity in TICO's smoke cases
 SMOKE_SLIDING_WINDOW = 4  # TICO narrows the window so an 8-token sequence crosses it
@@ -53,6 +51,8 @@ PROFILES = ("tiny", "e2b_dims", STATIC)
 
 def _seq(profile: str) -> int:
     return static.gemma4_max_seq(profile, SEQ)
+
+
 PADDED_KEYS = 2  # left padding used by the mask probes
 
 
@@ -82,8 +82,14 @@ def _own_past_kv(module, seq: int = SEQ) -> tuple[torch.Tensor, torch.Tensor]:
     cache = DynamicCache()
     past = seq - 1
     mask = additive_mask(allowed_pairs(past, window=module.sliding_window))
-    _attend(module, torch.randn(1, past, module.config.hidden_size), torch.arange(past)[None], mask,
-            shared_kv_states={}, past_key_values=cache)
+    _attend(
+        module,
+        torch.randn(1, past, module.config.hidden_size),
+        torch.arange(past)[None],
+        mask,
+        shared_kv_states={},
+        past_key_values=cache,
+    )
     layer = cache.layers[module.layer_idx]
     return layer.keys.detach().clone(), layer.values.detach().clone()
 
@@ -107,15 +113,27 @@ def _sample(module, mode: str, shared_kv, seq: int = SEQ) -> Sample:
     return Sample(kwargs=kwargs)
 
 
-def build_attention(profile: str, *, mode: str, layer_types: tuple[str, ...], layer_idx: int,
-                    k_eq_v: bool = False, shared_layers: int = 0) -> Built:
+def build_attention(
+    profile: str,
+    *,
+    mode: str,
+    layer_types: tuple[str, ...],
+    layer_idx: int,
+    k_eq_v: bool = False,
+    shared_layers: int = 0,
+) -> Built:
     """Gemma4TextAttention for one layer of a short topology, with 3 calibration samples and
     one evaluation sample (TICO's counts; one calibration sample at static_runtime)."""
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
 
     seq = _seq(profile)
-    cfg = text_config(profile, layer_types, k_eq_v=k_eq_v, num_kv_shared_layers=shared_layers,
-                      sliding_window=None if profile == STATIC else SMOKE_SLIDING_WINDOW)
+    cfg = text_config(
+        profile,
+        layer_types,
+        k_eq_v=k_eq_v,
+        num_kv_shared_layers=shared_layers,
+        sliding_window=None if profile == STATIC else SMOKE_SLIDING_WINDOW,
+    )
     module = Gemma4TextAttention(cfg, layer_idx=layer_idx).eval()
     shared_kv = _producer_kv(cfg, module.layer_type, seq) if module.is_kv_shared_layer else None
     calibration = tuple(_sample(module, mode, shared_kv, seq) for _ in range(static.calibration_count(profile, 3)))
@@ -139,8 +157,9 @@ def _hf_call(reference: torch.nn.Module, sample: Sample):
         cache = DynamicCache()
         past_k, past_v = kw["past_key_value"]
         cache.update(past_k.clone(), past_v.clone(), layer_idx=reference.layer_idx)
-    return reference(kw["hidden_states"], (cos, flip_sin_half(sin)), kw["attention_mask"], states,
-                     past_key_values=cache)
+    return reference(
+        kw["hidden_states"], (cos, flip_sin_half(sin)), kw["attention_mask"], states, past_key_values=cache
+    )
 
 
 def _export_args(sample: Sample) -> tuple:
@@ -211,24 +230,44 @@ _COMMON = dict(
     ptq_config=npu_export_config,
     reference_call=_hf_call,
     mask=MaskCapability(probes=_mask_probes),
-    not_applicable={"rotary_parity": (
-        "the attention wrapper takes cos/sin as inputs and neither precomputes nor bakes tables; the inputs "
-        "come from HF Gemma4TextRotaryEmbedding")},
+    not_applicable={
+        "rotary_parity": (
+            "the attention wrapper takes cos/sin as inputs and neither precomputes nor bakes tables; the inputs "
+            "come from HF Gemma4TextRotaryEmbedding"
+        )
+    },
 )
 
 _SLIDING_THEN_FULL = ("sliding_attention", "full_attention")
 
 
-def _case(name: str, mode: str, *, layer_types, layer_idx, settings: dict, k_eq_v=False,
-          shared_layers=0, expected_failures=None, profiles=None) -> Case:
+def _case(
+    name: str,
+    mode: str,
+    *,
+    layer_types,
+    layer_idx,
+    settings: dict,
+    k_eq_v=False,
+    shared_layers=0,
+    expected_failures=None,
+    profiles=None,
+) -> Case:
     common = dict(_COMMON, profiles=profiles or PROFILES)
     if STATIC in common["profiles"]:
-        static.declare(name, **({"prefill_seq_len": _seq(STATIC)} if mode == "prefill" else
-                                {"decode_max_seq": _seq(STATIC)}))
+        static.declare(
+            name, **({"prefill_seq_len": _seq(STATIC)} if mode == "prefill" else {"decode_max_seq": _seq(STATIC)})
+        )
     return Case(
         name=name,
-        build=functools.partial(build_attention, mode=mode, layer_types=layer_types, layer_idx=layer_idx,
-                                k_eq_v=k_eq_v, shared_layers=shared_layers),
+        build=functools.partial(
+            build_attention,
+            mode=mode,
+            layer_types=layer_types,
+            layer_idx=layer_idx,
+            k_eq_v=k_eq_v,
+            shared_layers=shared_layers,
+        ),
         settings=settings,
         export=_export(mode),
         expected_failures={"export_contract": _NO_CALIB_GUARD, **(expected_failures or {})},
@@ -245,57 +284,93 @@ _TWO_FULL = ("full_attention", "full_attention")
 # limits ~30-50% above them. Circle replay is FAKE_QUANTIZE vs torch QUANT, in output steps.
 CASES = [
     # mean 0.0171, max 0.149, PEIR 0.050, SQNR 25.2 dB; Circle max 0 / mean 0 steps.
-    _case("gemma4_text_attention_prefill", "prefill", layer_types=_SLIDING_THEN_FULL, layer_idx=1,
-          settings={
-              "quant_accuracy": {"max_mean_abs_diff": 0.025, "max_abs_diff": 0.2, "max_peir": 0.075, "min_sqnr_db": 20.0},
-              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-          }),
+    _case(
+        "gemma4_text_attention_prefill",
+        "prefill",
+        layer_types=_SLIDING_THEN_FULL,
+        layer_idx=1,
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.025, "max_abs_diff": 0.2, "max_peir": 0.075, "min_sqnr_db": 20.0},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+    ),
     # mean 0.0876, max 1.022, PEIR 0.296, SQNR 10.3 dB; Circle max 1 / mean 0.047 steps; returned K / V:
     # max 0.9 / 0.81, mean 0.33 / 0.35 of their steps as exported; against torch aligned to the qparams
     # tico replaces (qparam_consistency) output, K and V max 0 steps.
-    _case("gemma4_text_attention_decode", "decode", layer_types=_SLIDING_THEN_FULL, layer_idx=1,
-          settings={
-              "quant_accuracy": {"max_mean_abs_diff": 0.12, "max_abs_diff": 1.4, "max_peir": 0.4, "min_sqnr_db": 8.0},
-              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1, "extra_max_steps": 1.0, "extra_mean_steps": 0.1},
-          },
-          expected_failures={"mask_quant": _DECODE_MASK_CALIB}),
+    _case(
+        "gemma4_text_attention_decode",
+        "decode",
+        layer_types=_SLIDING_THEN_FULL,
+        layer_idx=1,
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.12, "max_abs_diff": 1.4, "max_peir": 0.4, "min_sqnr_db": 8.0},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1, "extra_max_steps": 1.0, "extra_mean_steps": 0.1},
+        },
+        expected_failures={"mask_quant": _DECODE_MASK_CALIB},
+    ),
     # mean 0.0201, max 0.186, PEIR 0.062, SQNR 24.3 dB; Circle max 0 / mean 0 steps.
-    _case("gemma4_text_attention_sliding_prefill", "prefill", layer_types=_SLIDING_THEN_FULL, layer_idx=0,
-          settings={
-              "quant_accuracy": {"max_mean_abs_diff": 0.03, "max_abs_diff": 0.25, "max_peir": 0.09, "min_sqnr_db": 19.0},
-              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-          },
-          expected_failures=_SLIDING),
+    _case(
+        "gemma4_text_attention_sliding_prefill",
+        "prefill",
+        layer_types=_SLIDING_THEN_FULL,
+        layer_idx=0,
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.03, "max_abs_diff": 0.25, "max_peir": 0.09, "min_sqnr_db": 19.0},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        expected_failures=_SLIDING,
+    ),
     # mean 0.0968, max 0.331, PEIR 0.162, SQNR 10.8 dB; Circle max 2 / mean 0.469 steps as exported;
     # against torch aligned to the qparams tico replaces (qparam_consistency) max 0 (K: 1) steps.
-    _case("gemma4_text_attention_sliding_decode", "decode", layer_types=_SLIDING_THEN_FULL, layer_idx=0,
-          settings={
-              "quant_accuracy": {"max_mean_abs_diff": 0.13, "max_abs_diff": 0.45, "max_peir": 0.22, "min_sqnr_db": 8.5},
-              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1, "extra_mean_steps": 0.1},
-          },
-          expected_failures=_SLIDING),
+    _case(
+        "gemma4_text_attention_sliding_decode",
+        "decode",
+        layer_types=_SLIDING_THEN_FULL,
+        layer_idx=0,
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.13, "max_abs_diff": 0.45, "max_peir": 0.22, "min_sqnr_db": 8.5},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1, "extra_mean_steps": 0.1},
+        },
+        expected_failures=_SLIDING,
+    ),
     # mean 0.0290, max 0.113, PEIR 0.041, SQNR 23.1 dB; Circle max 0 / mean 0 steps.
-    _case("gemma4_text_attention_k_eq_v_prefill", "prefill", layer_types=("full_attention",), layer_idx=0,
-          k_eq_v=True, profiles=("tiny", "e2b_dims"),  # not static_runtime: see the leave_out below
-          settings={
-              "quant_accuracy": {"max_mean_abs_diff": 0.04, "max_abs_diff": 0.16, "max_peir": 0.06, "min_sqnr_db": 18.5},
-              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-          }),
+    _case(
+        "gemma4_text_attention_k_eq_v_prefill",
+        "prefill",
+        layer_types=("full_attention",),
+        layer_idx=0,
+        k_eq_v=True,
+        profiles=("tiny", "e2b_dims"),  # not static_runtime: see the leave_out below
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.04, "max_abs_diff": 0.16, "max_peir": 0.06, "min_sqnr_db": 18.5},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+    ),
     # mean 0.0181, max 0.143, PEIR 0.052, SQNR 25.3 dB; Circle max 0 / mean 0 steps.
-    _case("gemma4_text_attention_shared_kv_prefill", "prefill", layer_types=_TWO_FULL, layer_idx=1,
-          shared_layers=1,
-          settings={
-              "quant_accuracy": {"max_mean_abs_diff": 0.025, "max_abs_diff": 0.2, "max_peir": 0.075, "min_sqnr_db": 20.0},
-              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-          }),
+    _case(
+        "gemma4_text_attention_shared_kv_prefill",
+        "prefill",
+        layer_types=_TWO_FULL,
+        layer_idx=1,
+        shared_layers=1,
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.025, "max_abs_diff": 0.2, "max_peir": 0.075, "min_sqnr_db": 20.0},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+    ),
     # mean 0.0112, max 0.412, PEIR 0.147, SQNR 20.6 dB; Circle max 0 / mean 0 steps.
-    _case("gemma4_text_attention_shared_kv_decode", "decode", layer_types=_TWO_FULL, layer_idx=1,
-          shared_layers=1,
-          settings={
-              "quant_accuracy": {"max_mean_abs_diff": 0.016, "max_abs_diff": 0.55, "max_peir": 0.2, "min_sqnr_db": 16.5},
-              "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-          },
-          expected_failures={"mask_quant": _DECODE_MASK_CALIB}),
+    _case(
+        "gemma4_text_attention_shared_kv_decode",
+        "decode",
+        layer_types=_TWO_FULL,
+        layer_idx=1,
+        shared_layers=1,
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.016, "max_abs_diff": 0.55, "max_peir": 0.2, "min_sqnr_db": 16.5},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        expected_failures={"mask_quant": _DECODE_MASK_CALIB},
+    ),
 ]
 
 
@@ -305,15 +380,18 @@ CASES = [
 
 
 # One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(CASES, {
-    "gemma4_text_attention_prefill": {"qparam_consistency": replaced_qparams()},
-    "gemma4_text_attention_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
-    "gemma4_text_attention_sliding_prefill": {"qparam_consistency": replaced_qparams()},
-    "gemma4_text_attention_sliding_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
-    "gemma4_text_attention_k_eq_v_prefill": {"qparam_consistency": replaced_qparams()},
-    "gemma4_text_attention_shared_kv_prefill": {"qparam_consistency": replaced_qparams()},
-    "gemma4_text_attention_shared_kv_decode": {"qparam_consistency": replaced_qparams()},
-})
+CASES = with_expected(
+    CASES,
+    {
+        "gemma4_text_attention_prefill": {"qparam_consistency": replaced_qparams()},
+        "gemma4_text_attention_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
+        "gemma4_text_attention_sliding_prefill": {"qparam_consistency": replaced_qparams()},
+        "gemma4_text_attention_sliding_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
+        "gemma4_text_attention_k_eq_v_prefill": {"qparam_consistency": replaced_qparams()},
+        "gemma4_text_attention_shared_kv_prefill": {"qparam_consistency": replaced_qparams()},
+        "gemma4_text_attention_shared_kv_decode": {"qparam_consistency": replaced_qparams()},
+    },
+)
 
 
 # The nightly profile's own limits, with their sources (cases/limits/e2b_dims.json).

@@ -13,27 +13,26 @@ from __future__ import annotations
 
 import torch
 
+from cases import _static_runtime as static
+from cases._profile_limits import with_profile_limits
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, PRESENT_V_PER_HEAD, replaced_qparams, with_expected
 from harness import (
     Built,
     Case,
     CaseInputs,
+    Expected,
     ExportCapability,
     MaskCapability,
     MaskProbe,
     RotaryCapability,
     RotaryTables,
-    Expected,
     Sample,
     Sweep,
+    first_call_kwarg,
+    unwrap,
     whole_module_export,
 )
-from harness import first_call_kwarg
-from harness import unwrap
 from harness.findings import expect
-
-from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, PRESENT_V_PER_HEAD, replaced_qparams, with_expected
-from cases import _static_runtime as static
 
 LLAMA_REQUIRES = ("transformers.models.llama.modeling_llama",)
 FILL = -120.0  # tico's default attention_mask_fill_value
@@ -44,8 +43,17 @@ MAX_SEQ = 16  # the tiny static window
 STATIC = static.PROFILE
 PROFILES = ("tiny", STATIC)
 _LLAMA3_2_3B = dict(
-    vocab_size=128_256, hidden_size=3_072, intermediate_size=8_192, num_hidden_layers=1, num_attention_heads=24,
-    num_key_value_heads=8, head_dim=128, hidden_act="silu", rms_norm_eps=1e-5, rope_theta=500_000.0, mlp_bias=False,
+    vocab_size=128_256,
+    hidden_size=3_072,
+    intermediate_size=8_192,
+    num_hidden_layers=1,
+    num_attention_heads=24,
+    num_key_value_heads=8,
+    head_dim=128,
+    hidden_act="silu",
+    rms_norm_eps=1e-5,
+    rope_theta=500_000.0,
+    mlp_bias=False,
 )
 
 
@@ -60,8 +68,13 @@ def llama_config(profile: str, heads: int = 2, kv_heads: int = 1, head_dim: int 
     if profile == STATIC:
         dims = dict(_LLAMA3_2_3B)
     elif profile == "tiny":
-        dims = dict(hidden_size=16, intermediate_size=32, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                    head_dim=head_dim)
+        dims = dict(
+            hidden_size=16,
+            intermediate_size=32,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+        )
     else:
         raise ValueError(f"unknown Llama profile {profile!r}")
     return LlamaConfig(
@@ -94,7 +107,7 @@ def _hf_with_4d_mask(reference: torch.nn.Module, sample: Sample):
     kwargs = dict(sample.kwargs)
     mask = kwargs["attention_mask"]
     if mask.dtype == torch.bool:
-        batch, seq = mask.shape[0], mask.shape[-1]
+        seq = mask.shape[-1]
         mask = torch.where(mask & torch.ones(seq, seq, dtype=torch.bool).tril(), 0.0, FILL)
     kwargs["attention_mask"] = mask.unsqueeze(1) if mask.dim() == 3 else mask
     return reference(*sample.args, **kwargs)
@@ -107,7 +120,9 @@ def build_mlp(profile: str) -> Built:
     module = LlamaMLP(config)
     batch, seq, count = (1, window(profile), 1) if profile == STATIC else (2, 5, 4)
     sample = lambda: Sample(args=(torch.randn(batch, seq, config.hidden_size),))  # noqa: E731
-    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(count)), evaluation={"default": sample()}))
+    return Built(
+        module, CaseInputs(calibration=tuple(sample() for _ in range(count)), evaluation={"default": sample()})
+    )
 
 
 def _int16_config(profile: str):
@@ -126,8 +141,11 @@ def _reference_eval_config(profile: str, layout: str = "batched", scale_fusion: 
     (config/llama_attention.py:121-183)."""
     from tico.quantization.config.ptq import PTQConfig
 
-    attention = {k: v for k, v in (("layout", layout), ("scale_fusion", scale_fusion))
-                 if v != {"layout": "batched", "scale_fusion": "none"}[k]}
+    attention = {
+        k: v
+        for k, v in (("layout", layout), ("scale_fusion", scale_fusion))
+        if v != {"layout": "batched", "scale_fusion": "none"}[k]
+    }
     if attention:
         return PTQConfig(model_args={"profile": "reference_eval", "attention": attention})
     return PTQConfig(model_args={"profile": "reference_eval"})
@@ -137,7 +155,7 @@ def _padded_keep(batch: int, seq: int) -> torch.Tensor:
     """(B, S, S) bool keep-mask: every key allowed, except the last 2 keys of the last sequence
     (right padding); the wrapper combines it with its causal template."""
     keep = torch.ones(batch, seq, seq, dtype=torch.bool)
-    keep[-1, :, seq - 2:] = False
+    keep[-1, :, seq - 2 :] = False
     return keep
 
 
@@ -147,16 +165,19 @@ def _attention_sample(config, batch: int, seq: int, mask: str = "additive") -> S
     if mask == "bool":
         attention_mask = _padded_keep(batch, seq)
         valid = torch.ones(batch, seq, dtype=torch.bool)
-        valid[-1, seq - 2:] = False  # padded queries carry no meaning
+        valid[-1, seq - 2 :] = False  # padded queries carry no meaning
     elif mask == "additive_4d":
         attention_mask = causal_mask(batch, seq).unsqueeze(1)  # HF's own (B, 1, S, S) layout
     else:
         attention_mask = causal_mask(batch, seq)
-    return Sample(args=(hidden, hf_rope(config, batch, seq)), kwargs={"attention_mask": attention_mask},
-                  valid_tokens=valid)
+    return Sample(
+        args=(hidden, hf_rope(config, batch, seq)), kwargs={"attention_mask": attention_mask}, valid_tokens=valid
+    )
 
 
-def build_attention(profile: str, heads: int = 2, kv_heads: int = 1, head_dim: int = 8, mask: str = "additive") -> Built:
+def build_attention(
+    profile: str, heads: int = 2, kv_heads: int = 1, head_dim: int = 8, mask: str = "additive"
+) -> Built:
     from transformers.models.llama.modeling_llama import LlamaAttention
 
     config = llama_config(profile, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
@@ -173,8 +194,10 @@ def build_attention(profile: str, heads: int = 2, kv_heads: int = 1, head_dim: i
 
 def _layer_sample(config, batch: int, seq: int) -> Sample:
     hidden = torch.randn(batch, seq, config.hidden_size)
-    return Sample(args=(hidden,), kwargs={"attention_mask": causal_mask(batch, seq),
-                                          "position_embeddings": hf_rope(config, batch, seq)})
+    return Sample(
+        args=(hidden,),
+        kwargs={"attention_mask": causal_mask(batch, seq), "position_embeddings": hf_rope(config, batch, seq)},
+    )
 
 
 def build_decoder_layer(profile: str) -> Built:
@@ -184,8 +207,13 @@ def build_decoder_layer(profile: str) -> Built:
     module = LlamaDecoderLayer(config, layer_idx=0)
     if profile == STATIC:  # one full window, batch one, as TICO's static-runtime smoke
         full = _layer_sample(config, 1, window(profile))
-        return Built(module, CaseInputs(calibration=(_layer_sample(config, 1, window(profile)),),
-                                        evaluation={"default": full, "export": full}), facts={"config": config})
+        return Built(
+            module,
+            CaseInputs(
+                calibration=(_layer_sample(config, 1, window(profile)),), evaluation={"default": full, "export": full}
+            ),
+            facts={"config": config},
+        )
     calibration = tuple(_layer_sample(config, 2, MAX_SEQ) for _ in range(3))
     evaluation = {"default": _layer_sample(config, 2, MAX_SEQ), "export": _layer_sample(config, 1, MAX_SEQ)}
     return Built(module, CaseInputs(calibration=calibration, evaluation=evaluation), facts={"config": config})
@@ -225,10 +253,9 @@ def _layer_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
     ]
 
 
-_PREFILL_CACHE = (
-    "prefill feeds no past key/value: the cache observers are used by the decode path only"
-)
+_PREFILL_CACHE = "prefill feeds no past key/value: the cache observers are used by the decode path only"
 _NO_CALIB_GUARD = expect("export-adapter-accepts-calib")
+
 
 def _decode_sample(config) -> Sample:
     """One new token at position W-1 over a (W-1)-token past (W the static window), in the wrapper's
@@ -261,8 +288,12 @@ def _hf_decode(reference: torch.nn.Module, sample: Sample):
     past_k, past_v = sample.kwargs["past_key_value"]
     cache.update(past_k.clone(), past_v.clone(), layer_idx=0)
     hidden, rope = sample.args
-    return reference(hidden, position_embeddings=rope, attention_mask=sample.kwargs["attention_mask"].unsqueeze(1),
-                     past_key_values=cache)
+    return reference(
+        hidden,
+        position_embeddings=rope,
+        attention_mask=sample.kwargs["attention_mask"].unsqueeze(1),
+        past_key_values=cache,
+    )
 
 
 _FOLDED_SCALE = (
@@ -270,6 +301,7 @@ _FOLDED_SCALE = (
     "(llama/quant_attention.py:158-161), so the logits are never scaled at runtime (:283): the raw-logit and scale "
     "observers serve scale_fusion='none' only"
 )
+
 
 def _unrolled(check: str) -> Expected:
     return expect("llama-unrolled-new-kv-uncalibrated", check=check)
@@ -295,20 +327,27 @@ ATTENTION_SWEEP = Sweep(
     why={
         "heads": "kv_rep = heads // kv_heads (llama/quant_attention.py:130): 2 or 4 query heads per K/V head",
         "kv_heads": "GQA: repeat_interleave of K/V when kv_rep != 1 (batched, :963-965), query head "
-                    "kv_i * kv_rep + rep_i per K/V head (unrolled, :834-835); kv_heads=2 with heads=4 is the only "
-                    "point where K/V heads must be repeated per group, not merely broadcast",
+        "kv_i * kv_rep + rep_i per K/V head (unrolled, :834-835); kv_heads=2 with heads=4 is the only "
+        "point where K/V heads must be repeated per group, not merely broadcast",
         "layout": "model_args['attention']['layout'] selects _forward_batched or _forward_unrolled "
-                  "(:1056-1084; config/llama_attention.py:53-61)",
+        "(:1056-1084; config/llama_attention.py:53-61)",
         "scale_fusion": "1/sqrt(head_dim) applied to the logits at runtime, or folded into q_proj / k_proj "
-                        "(:158-164, :283-290)",
+        "(:158-164, :283-290)",
         "mask": "a float mask is fake-quantized as given, a bool/int64 mask is combined with the causal template "
-                "(:566-597); a 3-D mask is unsqueezed to (B, 1, S, S), a 4-D one is not (:301-307)",
+        "(:566-597); a 3-D mask is unsqueezed to (B, 1, S, S), a 4-D one is not (:301-307)",
         "head_dim": "rotate-half splits head_dim in two (:246); the scale is head_dim ** -0.5 (:134-136)",
     },
     # PR gate: every value once (the others at the baseline), the grouped GQA point, and GQA with
     # the unrolled layout (the two repeat implementations).
-    pr=("kv_heads=2", "heads=4,kv_heads=2", "heads=4,kv_heads=2,layout=unrolled", "scale_fusion=k_proj",
-        "scale_fusion=q_proj,head_dim=16", "mask=bool", "mask=additive_4d"),
+    pr=(
+        "kv_heads=2",
+        "heads=4,kv_heads=2",
+        "heads=4,kv_heads=2,layout=unrolled",
+        "scale_fusion=k_proj",
+        "scale_fusion=q_proj,head_dim=16",
+        "mask=bool",
+        "mask=additive_4d",
+    ),
     nightly="pairwise",
     overrides={
         # Limits measured on the variants (native and ATEN_CPU_CAPABILITY=default kernels, 2026-12-02,
@@ -319,21 +358,39 @@ ATTENTION_SWEEP = Sweep(
         "heads=4,kv_heads=2": {"settings": {"quant_accuracy": {"max_peir": 0.33}}},
         "scale_fusion=k_proj": {"unused_observers": {"obs_scale": _FOLDED_SCALE, "obs_logits_raw": _FOLDED_SCALE}},
         "scale_fusion=q_proj": {"unused_observers": {"obs_scale": _FOLDED_SCALE, "obs_logits_raw": _FOLDED_SCALE}},
-        "layout=unrolled": {"expected_failures": {
-            "observer_use": _unrolled("observer_use"),
-            "calibration_coverage": _unrolled("calibration_coverage"),
-            # outputs 1 and 2 are the returned K / V; with the placeholder qparams of obs_new_k/v circle_replay
-            # cannot align torch to Circle, so output 0 is gated as exported and may show the rotate-half NEG
-            # gap the aligned copy models (see the case's settings).
-            "circle_replay": _unrolled("circle_replay"),
-            "qparam_consistency": _unrolled_qparams(),
-        }},
+        "layout=unrolled": {
+            "expected_failures": {
+                "observer_use": _unrolled("observer_use"),
+                "calibration_coverage": _unrolled("calibration_coverage"),
+                # outputs 1 and 2 are the returned K / V; with the placeholder qparams of obs_new_k/v circle_replay
+                # cannot align torch to Circle, so output 0 is gated as exported and may show the rotate-half NEG
+                # gap the aligned copy models (see the case's settings).
+                "circle_replay": _unrolled("circle_replay"),
+                "qparam_consistency": _unrolled_qparams(),
+            }
+        },
         "kv_heads=2,layout=unrolled": {"expected_failures": {"qparam_consistency": _unrolled_qparams(per_head_v=True)}},
-        "layout=unrolled,mask=additive_4d": {"expected_failures": {
-            check: expect("llama-unrolled-4d-mask-batch") for check in (
-                "attribution", "calibration_coverage", "circle_replay", "dynamic_vs_export", "export_contract",
-                "lifecycle", "noquant_parity", "observer_use", "ptq_overrides", "qparam_audit", "qparam_consistency",
-                "quant_accuracy", "torch_export", "wrapper_registry")}},
+        "layout=unrolled,mask=additive_4d": {
+            "expected_failures": {
+                check: expect("llama-unrolled-4d-mask-batch")
+                for check in (
+                    "attribution",
+                    "calibration_coverage",
+                    "circle_replay",
+                    "dynamic_vs_export",
+                    "export_contract",
+                    "lifecycle",
+                    "noquant_parity",
+                    "observer_use",
+                    "ptq_overrides",
+                    "qparam_audit",
+                    "qparam_consistency",
+                    "quant_accuracy",
+                    "torch_export",
+                    "wrapper_registry",
+                )
+            }
+        },
     },
 )
 
@@ -440,8 +497,10 @@ CASES = [
             samples=("export",),
             unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
         ),
-        unused_observers={"self_attn.wrapped.obs_past_key": _PREFILL_CACHE,
-                          "self_attn.wrapped.obs_past_value": _PREFILL_CACHE},
+        unused_observers={
+            "self_attn.wrapped.obs_past_key": _PREFILL_CACHE,
+            "self_attn.wrapped.obs_past_value": _PREFILL_CACHE,
+        },
         expected_failures={"export_contract": _NO_CALIB_GUARD, "no_side_effects": MASK_TEMPLATE_PER_LAYER},
         rotary=RotaryCapability(tables=_layer_rotary),
         mask=MaskCapability(probes=_layer_masks),
@@ -472,7 +531,7 @@ def key_fold(config) -> float:
     """tico's default profile folds the attention scale 1/sqrt(head_dim) into k_proj, so the
     keys it returns -- and hence the keys a runtime caches and feeds back -- are HF's keys
     times this factor."""
-    return config.head_dim ** -0.5
+    return config.head_dim**-0.5
 
 
 def _layer_decode_sample(config, filled: int) -> Sample:
@@ -524,8 +583,13 @@ def _hf_layer_decode(reference: torch.nn.Module, sample: Sample):
     config = reference.self_attn.config
     cache.update(past_k[:, :, :filled] / key_fold(config), past_v[:, :, :filled].clone(), layer_idx=0)
     (hidden,) = sample.args
-    return reference(hidden, attention_mask=None, past_key_values=cache, use_cache=True,
-                     position_embeddings=hf_rope_at(config, [filled]))
+    return reference(
+        hidden,
+        attention_mask=None,
+        past_key_values=cache,
+        use_cache=True,
+        position_embeddings=hf_rope_at(config, [filled]),
+    )
 
 
 def _decode_run(layer_input: torch.Tensor, past_len: int, config, **kwargs):
@@ -544,11 +608,13 @@ def _layer_decode_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, b
     window = config.max_position_embeddings  # MAX_SEQ on the tiny profile
     layer = unwrap(wrapped)
     tables = []
-    for label, past_len, q_len in (("decode_last_slot", window - 1, 1), ("decode_pos5", 5, 1),
-                                   ("block_after_past8", 8, 4)):
+    for label, past_len, q_len in (
+        ("decode_last_slot", window - 1, 1),
+        ("decode_pos5", 5, 1),
+        ("block_after_past8", 8, 4),
+    ):
         hidden = torch.randn(1, q_len, config.hidden_size)
-        used = first_call_kwarg(wrapped, layer.self_attn, _decode_run(hidden, past_len, config),
-                                "position_embeddings")
+        used = first_call_kwarg(wrapped, layer.self_attn, _decode_run(hidden, past_len, config), "position_embeddings")
         reference_tables = pre_negate_sin(hf_rope_at(config, list(range(past_len, past_len + q_len))))
         tables.append(RotaryTables(label, tuple(used), reference_tables))
     return tables
@@ -564,20 +630,33 @@ def _layer_decode_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
     fill = float(layer.qcfg.attention_mask_fill_value)
     one = torch.randn(1, 1, config.hidden_size)
     row = first_call_kwarg(root, layer.self_attn, _decode_run(one, window - 1, config), "attention_mask")
-    block = first_call_kwarg(root, layer.self_attn, _decode_run(torch.randn(1, 4, config.hidden_size), 8, config),
-                             "attention_mask")
+    block = first_call_kwarg(
+        root, layer.self_attn, _decode_run(torch.randn(1, 4, config.hidden_size), 8, config), "attention_mask"
+    )
     keep = torch.ones(1, 1, window, dtype=torch.bool)
     keep[..., 9 : window - 1] = False  # 9 written slots, the new token last
-    slots = first_call_kwarg(root, layer.self_attn, _decode_run(one, window - 1, config, attention_mask=keep),
-                             "attention_mask")
+    slots = first_call_kwarg(
+        root, layer.self_attn, _decode_run(one, window - 1, config, attention_mask=keep), "attention_mask"
+    )
     block_allowed = torch.arange(12)[None, :] <= (8 + torch.arange(4))[:, None]
     return [
-        MaskProbe("decode_causal_row", row.reshape(1, 1, window), torch.ones(1, 1, dtype=torch.bool), fill,
-                  allowed=torch.ones(1, 1, window, dtype=torch.bool)),
-        MaskProbe("block_after_past8", block.reshape(1, 4, 12), torch.ones(1, 4, dtype=torch.bool), fill,
-                  allowed=block_allowed[None]),
-        MaskProbe("static_cache_bool", slots.reshape(1, 1, window), torch.ones(1, 1, dtype=torch.bool), fill,
-                  allowed=keep),
+        MaskProbe(
+            "decode_causal_row",
+            row.reshape(1, 1, window),
+            torch.ones(1, 1, dtype=torch.bool),
+            fill,
+            allowed=torch.ones(1, 1, window, dtype=torch.bool),
+        ),
+        MaskProbe(
+            "block_after_past8",
+            block.reshape(1, 4, 12),
+            torch.ones(1, 4, dtype=torch.bool),
+            fill,
+            allowed=block_allowed[None],
+        ),
+        MaskProbe(
+            "static_cache_bool", slots.reshape(1, 1, window), torch.ones(1, 1, dtype=torch.bool), fill, allowed=keep
+        ),
     ]
 
 
@@ -613,13 +692,21 @@ CASES.append(
         },
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("decode", return_kv=True),
-            args=lambda s: (s.args[0], s.kwargs["attention_mask"], s.kwargs["position_embeddings"],
-                            s.kwargs["past_key_value"]),
+            args=lambda s: (
+                s.args[0],
+                s.kwargs["attention_mask"],
+                s.kwargs["position_embeddings"],
+                s.kwargs["past_key_value"],
+            ),
             samples=("default", "full_cache"),
             unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
             # a past one slot short of what the (1, 1, MAX_SEQ) mask covers
-            contradicting_args=lambda s, built: (s.args[0], s.kwargs["attention_mask"], s.kwargs["position_embeddings"],
-                                                 tuple(t[:, :, 1:] for t in s.kwargs["past_key_value"])),
+            contradicting_args=lambda s, built: (
+                s.args[0],
+                s.kwargs["attention_mask"],
+                s.kwargs["position_embeddings"],
+                tuple(t[:, :, 1:] for t in s.kwargs["past_key_value"]),
+            ),
         ),
         unused_observers={"self_attn.wrapped.obs_scale": _KEY_FOLD, "self_attn.wrapped.obs_logits_raw": _KEY_FOLD},
         expected_failures={"export_contract": _NO_CALIB_GUARD_DECODE, "no_side_effects": MASK_TEMPLATE_PER_LAYER},
@@ -627,31 +714,50 @@ CASES.append(
         mask=MaskCapability(probes=_layer_decode_masks),
         # Two K/V heads put the unrolled attention's per-head V selection in front of the present-V
         # concatenation (finding present-v-per-head-slice), which one K/V head never shows.
-        sweep=Sweep(axes={"kv_heads": (1, 2)},
-                    why={"kv_heads": "the unrolled layout selects each K/V head's new V before concatenating it"},
-                    pr="each", nightly="each", profiles=("tiny",),
-                    overrides={"kv_heads=2": {"expected_failures": {"qparam_consistency": replaced_qparams(
-                        kv_present=True, llama_residual=True) + PRESENT_V_PER_HEAD,
-                        "attribution": expect("mask-add-shared-observer")}}}),
+        sweep=Sweep(
+            axes={"kv_heads": (1, 2)},
+            why={"kv_heads": "the unrolled layout selects each K/V head's new V before concatenating it"},
+            pr="each",
+            nightly="each",
+            profiles=("tiny",),
+            overrides={
+                "kv_heads=2": {
+                    "expected_failures": {
+                        "qparam_consistency": replaced_qparams(kv_present=True, llama_residual=True)
+                        + PRESENT_V_PER_HEAD,
+                        "attribution": expect("mask-add-shared-observer"),
+                    }
+                }
+            },
+        ),
     )
 )
 
 
 # One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(CASES, {
-    "llama_attention_prefill": {"qparam_consistency": replaced_qparams()},
-    "llama_attention_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
-    "llama_decoder_layer_prefill": {"qparam_consistency": replaced_qparams(llama_residual=True),
-                                    "qparam_audit": expect("llama-decoder-float-residual-stream")},
-    "llama_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True, llama_residual=True),
-                                   "qparam_audit": expect("llama-decoder-float-residual-stream")},
-})
+CASES = with_expected(
+    CASES,
+    {
+        "llama_attention_prefill": {"qparam_consistency": replaced_qparams()},
+        "llama_attention_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
+        "llama_decoder_layer_prefill": {
+            "qparam_consistency": replaced_qparams(llama_residual=True),
+            "qparam_audit": expect("llama-decoder-float-residual-stream"),
+        },
+        "llama_decoder_layer_decode": {
+            "qparam_consistency": replaced_qparams(kv_present=True, llama_residual=True),
+            "qparam_audit": expect("llama-decoder-float-residual-stream"),
+        },
+    },
+)
 
 
 # The static_runtime profile's limits (cases/limits/static_runtime.json). At Llama 3.2-3B widths the decode layer
 # has 8 KV heads, so its unrolled attention shows the per-head present-V finding (cases/_shared_diagnoses.py) the
 # 1-KV-head tiny config cannot (measured at static_runtime: 8 concatenations cat_2 .. cat_44, one per head).
-_DECODE_QPARAMS = next(c for c in CASES if c.name == "llama_decoder_layer_decode").expected_failures["qparam_consistency"]
+_DECODE_QPARAMS = next(c for c in CASES if c.name == "llama_decoder_layer_decode").expected_failures[
+    "qparam_consistency"
+]
 # The INT16 MLP at 3B widths (8192-wide down_proj): Circle vs torch as exported max 2 / mean 0.203 output steps
 # (native and scalar alike), which circle_replay once gated because tico replaces no qparam here. Cause: the Circle
 # runtime's arithmetic, its rounding (round half away from zero of value / scale, circle/runtime/quantization.py
@@ -659,12 +765,20 @@ _DECODE_QPARAMS = next(c for c in CASES if c.name == "llama_decoder_layer_decode
 # nn.py:428-429): with both modelled torch is within max 1 / mean 0.0002 steps of Circle, with neither it equals torch
 # as exported. circle_replay now gates every case against that aligned copy, so the case keeps its one-flip limits
 # and needs no expectation here.
-CASES = with_profile_limits(CASES, STATIC, expected_failures={
-    "llama_decoder_layer_decode": {"qparam_consistency": _DECODE_QPARAMS + PRESENT_V_PER_HEAD},
-})
+CASES = with_profile_limits(
+    CASES,
+    STATIC,
+    expected_failures={
+        "llama_decoder_layer_decode": {"qparam_consistency": _DECODE_QPARAMS + PRESENT_V_PER_HEAD},
+    },
+)
 
 # The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
-for _name, _shape in (("llama_mlp", "prefill_seq_len"), ("llama_attention_prefill", "prefill_seq_len"),
-                      ("llama_attention_decode", "decode_max_seq"), ("llama_decoder_layer_prefill", "prefill_seq_len"),
-                      ("llama_decoder_layer_decode", "decode_max_seq")):
+for _name, _shape in (
+    ("llama_mlp", "prefill_seq_len"),
+    ("llama_attention_prefill", "prefill_seq_len"),
+    ("llama_attention_decode", "decode_max_seq"),
+    ("llama_decoder_layer_prefill", "prefill_seq_len"),
+    ("llama_decoder_layer_decode", "decode_max_seq"),
+):
     static.declare(_name, **{_shape: window(STATIC)})

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from cases import llama
+from cases._shared_diagnoses import replaced_qparams
 from harness import (
     Built,
     Case,
@@ -33,10 +35,7 @@ from harness import (
     first_call_kwarg,
     unwrap,
 )
-
-from cases import llama
 from harness.findings import expect
-from cases._shared_diagnoses import replaced_qparams
 
 LAYERS = 2
 VOCAB = 64
@@ -70,8 +69,10 @@ def token_batch(batch: int, seq: int, valid: list[int] | None = None) -> tuple[t
 
 def lm_sample(ids: torch.Tensor, mask2d: torch.Tensor) -> Sample:
     """The wrapper's call: the padding mask as (B, 1, S) bool keys (module docstring)."""
-    return Sample(kwargs={"input_ids": ids, "attention_mask": mask2d.to(torch.bool)[:, None, :], "use_cache": False},
-                  valid_tokens=mask2d.to(torch.bool))
+    return Sample(
+        kwargs={"input_ids": ids, "attention_mask": mask2d.to(torch.bool)[:, None, :], "use_cache": False},
+        valid_tokens=mask2d.to(torch.bool),
+    )
 
 
 def hf_call(reference: torch.nn.Module, sample: Sample):
@@ -87,8 +88,10 @@ def token_inputs() -> CaseInputs:
     calibration = [token_batch(2, WINDOW) for _ in range(3)] + [token_batch(2, WINDOW, [WINDOW, 7])]
     default = token_batch(2, WINDOW, [WINDOW, PADDED_LENGTH])
     export = token_batch(1, WINDOW)
-    return CaseInputs(calibration=tuple(lm_sample(*pair) for pair in calibration),
-                      evaluation={"default": lm_sample(*default), "export": lm_sample(*export)})
+    return CaseInputs(
+        calibration=tuple(lm_sample(*pair) for pair in calibration),
+        evaluation={"default": lm_sample(*default), "export": lm_sample(*export)},
+    )
 
 
 def build_model(profile: str) -> Built:
@@ -119,11 +122,14 @@ def model_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, built: Bu
     config = built.facts["config"]
     model = llama_model_of(wrapped)
     ids = built.inputs.evaluation["export"].kwargs["input_ids"]
-    used = first_call_kwarg(wrapped, model.layers[0], lambda m: m(input_ids=ids, use_cache=False),
-                            "position_embeddings")
+    used = first_call_kwarg(
+        wrapped, model.layers[0], lambda m: m(input_ids=ids, use_cache=False), "position_embeddings"
+    )
     expected = llama.pre_negate_sin(llama.hf_rope(config, 1, WINDOW))
-    return [RotaryTables("template", (model.rope_cos_template, model.rope_sin_template), expected),
-            RotaryTables("fed_to_layer0", tuple(used), expected)]
+    return [
+        RotaryTables("template", (model.rope_cos_template, model.rope_sin_template), expected),
+        RotaryTables("fed_to_layer0", tuple(used), expected),
+    ]
 
 
 def model_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
@@ -139,27 +145,46 @@ def model_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
     batch = keys.shape[0]
     fed = first_call_kwarg(root, model.layers[0], lambda m: padded.call(m), "attention_mask")
     return [
-        MaskProbe("causal_template", own.reshape(1, WINDOW, WINDOW), torch.ones(1, WINDOW, dtype=torch.bool), fill,
-                  allowed=causal),
-        MaskProbe("causal_with_padding", fed.reshape(batch, WINDOW, WINDOW), padded.valid_tokens, fill,
-                  allowed=causal & keys),
+        MaskProbe(
+            "causal_template",
+            own.reshape(1, WINDOW, WINDOW),
+            torch.ones(1, WINDOW, dtype=torch.bool),
+            fill,
+            allowed=causal,
+        ),
+        MaskProbe(
+            "causal_with_padding", fed.reshape(batch, WINDOW, WINDOW), padded.valid_tokens, fill, allowed=causal & keys
+        ),
     ]
 
 
 TEMPLATE_COPIES = expect("llama-templates-per-layer")
-_KEY_FOLD = ("the default (npu_export) profile folds the attention scale into k_proj: the raw-logit and scale "
-             "observers serve the scale_fusion='none' profile only")
+_KEY_FOLD = (
+    "the default (npu_export) profile folds the attention scale into k_proj: the raw-logit and scale "
+    "observers serve the scale_fusion='none' profile only"
+)
 _NO_CACHE = "the model cases run prefill without a cache (use_cache=False): past and new K/V observers serve decode"
 UNUSED_OBSERVERS = {
-    "*.self_attn.wrapped.obs_scale": _KEY_FOLD, "*.self_attn.wrapped.obs_logits_raw": _KEY_FOLD,
-    "*.self_attn.wrapped.obs_past_key": _NO_CACHE, "*.self_attn.wrapped.obs_past_value": _NO_CACHE,
-    "*.self_attn.wrapped.obs_new_k": _NO_CACHE, "*.self_attn.wrapped.obs_new_v": _NO_CACHE,
+    "*.self_attn.wrapped.obs_scale": _KEY_FOLD,
+    "*.self_attn.wrapped.obs_logits_raw": _KEY_FOLD,
+    "*.self_attn.wrapped.obs_past_key": _NO_CACHE,
+    "*.self_attn.wrapped.obs_past_value": _NO_CACHE,
+    "*.self_attn.wrapped.obs_new_k": _NO_CACHE,
+    "*.self_attn.wrapped.obs_new_v": _NO_CACHE,
 }
-_NO_MODEL_EXPORT = ("QuantLlamaModel has no as_export_module or export mode in tico 0.3.0; tico's Llama export recipe "
-                    "(recipes/export/llama.py) exports the token embedding, each decoder layer and the head as "
-                    "separate programs, which the layer cases and llama_for_causal_lm cover")
-EXPORT_CHECKS = ("dynamic_vs_export", "torch_export", "circle_replay", "qparam_audit", "qparam_consistency",
-                 "export_contract")
+_NO_MODEL_EXPORT = (
+    "QuantLlamaModel has no as_export_module or export mode in tico 0.3.0; tico's Llama export recipe "
+    "(recipes/export/llama.py) exports the token embedding, each decoder layer and the head as "
+    "separate programs, which the layer cases and llama_for_causal_lm cover"
+)
+EXPORT_CHECKS = (
+    "dynamic_vs_export",
+    "torch_export",
+    "circle_replay",
+    "qparam_audit",
+    "qparam_consistency",
+    "export_contract",
+)
 
 causal_lm_export = ExportCapability(
     adapter=lambda root, sample, built: unwrap(root).as_export_module("prefill", return_kv=False),
@@ -182,8 +207,9 @@ CASES = [
         # Measured 2026-12-02 on clean tico 0.3.0, native and ATEN_CPU_CAPABILITY=default kernels (the same
         # to 1e-5: integer inputs, 2 layers): worst sample mean |d| 0.1227, max |d| 0.8412, PEIR 0.1806,
         # SQNR 15.14 dB; limits 1.25x the worst, SQNR 1.5 dB below it. NO_QUANT vs HF: 0.0.
-        settings={"quant_accuracy": {"max_mean_abs_diff": 0.153, "max_abs_diff": 1.05, "max_peir": 0.226,
-                                     "min_sqnr_db": 13.6}},
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.153, "max_abs_diff": 1.05, "max_peir": 0.226, "min_sqnr_db": 13.6}
+        },
         rotary=RotaryCapability(tables=model_rotary),
         mask=MaskCapability(probes=model_masks),
         unused_observers=UNUSED_OBSERVERS,
@@ -205,10 +231,16 @@ CASES = [
         # agreement / 1.25), SQNR 1.5 dB below it. Circle replay as exported max 15 / mean 2.05 steps on the
         # logits, all of it the qparams tico replaces (qparam_consistency); aligned to them 0 / 0, so the
         # limits are the one-flip floor.
-        settings={"quant_accuracy": {"max_mean_abs_diff": 0.107, "max_abs_diff": 0.99, "max_peir": 0.167,
-                                     "min_sqnr_db": 15.2},
-                  "lm_quality": {"max_ppl_ratio": 1.25, "min_top1_agreement": 0.6, "max_kl_divergence": 0.0073},
-                  "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1}},
+        settings={
+            "quant_accuracy": {
+                "max_mean_abs_diff": 0.107,
+                "max_abs_diff": 0.99,
+                "max_peir": 0.167,
+                "min_sqnr_db": 15.2,
+            },
+            "lm_quality": {"max_ppl_ratio": 1.25, "min_top1_agreement": 0.6, "max_kl_divergence": 0.0073},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
         export=causal_lm_export,
         rotary=RotaryCapability(tables=model_rotary),
         mask=MaskCapability(probes=model_masks),

@@ -31,6 +31,11 @@ import dataclasses
 
 import torch
 
+from cases import llama
+from cases._profile_limits import with_profile_limits
+from cases._shared_diagnoses import PRESENT_V_PER_HEAD, replaced_qparams
+from cases.llama_model import hf_call as _hf_lm  # HF gets its own (B, S) padding mask
+from cases.llama_model import lm_sample as _lm_sample  # the wrapper's (B, 1, S) mask: llama_model's docstring
 from harness import (
     Built,
     Case,
@@ -42,12 +47,6 @@ from harness import (
 )
 from harness import real_weights as rw
 from harness.findings import expect
-
-from cases import llama
-from cases.llama_model import hf_call as _hf_lm  # HF gets its own (B, S) padding mask
-from cases.llama_model import lm_sample as _lm_sample  # the wrapper's (B, 1, S) mask: llama_model's docstring
-from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import PRESENT_V_PER_HEAD, replaced_qparams
 
 PROFILE = "real_weights"
 WINDOW = 64
@@ -77,8 +76,9 @@ def _part(layer_index: int, part: str | None):
 def _input_of(layer_index: int, part: str | None, ids: torch.Tensor, mask2d: torch.Tensor) -> torch.Tensor:
     """The hidden states the float model hands ``layers[layer_index]`` (or its ``part``) on ids."""
     model = rw.float_model(WINDOW)
-    args, kwargs = rw.capture_inputs(model, _part(layer_index, part),
-                                     lambda m: m(input_ids=ids, attention_mask=mask2d, use_cache=False))
+    args, kwargs = rw.capture_inputs(
+        model, _part(layer_index, part), lambda m: m(input_ids=ids, attention_mask=mask2d, use_cache=False)
+    )
     return args[0] if args else kwargs["hidden_states"]
 
 
@@ -107,8 +107,11 @@ def _prefill_sample(layer_index: int, part: str | None, config, ids, mask2d, *, 
     rope = llama.hf_rope(config, ids.shape[0], ids.shape[1])
     if form == "attention":
         return Sample(args=(hidden, rope), kwargs={"attention_mask": _additive_mask(mask2d)}, valid_tokens=valid)
-    return Sample(args=(hidden,), kwargs={"attention_mask": _additive_mask(mask2d), "position_embeddings": rope},
-                  valid_tokens=valid)
+    return Sample(
+        args=(hidden,),
+        kwargs={"attention_mask": _additive_mask(mask2d), "position_embeddings": rope},
+        valid_tokens=valid,
+    )
 
 
 def _prefill_inputs(layer_index: int, part: str | None, config, form: str) -> CaseInputs:
@@ -117,8 +120,9 @@ def _prefill_inputs(layer_index: int, part: str | None, config, form: str) -> Ca
     export_ids = _windows("evaluation", 1, 2)[0][None]
     export = (export_ids, torch.ones_like(export_ids))
     make = lambda pair: _prefill_sample(layer_index, part, config, *pair, form=form)  # noqa: E731
-    return CaseInputs(calibration=tuple(make(p) for p in calib),
-                      evaluation={"default": make(default), "export": make(export)})
+    return CaseInputs(
+        calibration=tuple(make(p) for p in calib), evaluation={"default": make(default), "export": make(export)}
+    )
 
 
 def _facts(config, layer_index: int) -> dict:
@@ -130,6 +134,7 @@ def build_mlp(layer_index: int):
         config = rw.config(WINDOW)
         inputs = _prefill_inputs(layer_index, "mlp", config, "mlp")
         return Built(rw.layer(layer_index, "mlp", max_position_embeddings=WINDOW), inputs, _facts(config, layer_index))
+
     return build
 
 
@@ -142,16 +147,20 @@ def w8a16_config(profile: str):
     from tico.quantization.wrapq.dtypes import INT16, UINT8
     from tico.quantization.wrapq.qscheme import QScheme
 
-    return PTQConfig(activation=affine(INT16, qscheme=QScheme.PER_TENSOR_SYMM),
-                     weight=affine(UINT8, qscheme=QScheme.PER_CHANNEL_ASYMM))
+    return PTQConfig(
+        activation=affine(INT16, qscheme=QScheme.PER_TENSOR_SYMM),
+        weight=affine(UINT8, qscheme=QScheme.PER_CHANNEL_ASYMM),
+    )
 
 
 def build_attention_prefill(layer_index: int):
     def build(profile: str) -> Built:
         config = rw.config(WINDOW)
         inputs = _prefill_inputs(layer_index, "self_attn", config, "attention")
-        return Built(rw.layer(layer_index, "self_attn", max_position_embeddings=WINDOW), inputs,
-                     _facts(config, layer_index))
+        return Built(
+            rw.layer(layer_index, "self_attn", max_position_embeddings=WINDOW), inputs, _facts(config, layer_index)
+        )
+
     return build
 
 
@@ -160,6 +169,7 @@ def build_decoder_layer_prefill(layer_index: int):
         config = rw.config(WINDOW)
         inputs = _prefill_inputs(layer_index, None, config, "layer")
         return Built(rw.layer(layer_index, max_position_embeddings=WINDOW), inputs, _facts(config, layer_index))
+
     return build
 
 
@@ -169,8 +179,10 @@ def _attention_decode_sample(layer_index: int, config, ids: torch.Tensor) -> Sam
     ids = ids[None]
     hidden = _input_of(layer_index, "self_attn", ids, torch.ones_like(ids))[:, -1:]
     past = _past(layer_index, ids[:, :-1])
-    return Sample(args=(hidden, llama.hf_rope_at(config, [WINDOW - 1])),
-                  kwargs={"attention_mask": torch.zeros(1, 1, WINDOW), "past_key_value": past, "use_cache": True})
+    return Sample(
+        args=(hidden, llama.hf_rope_at(config, [WINDOW - 1])),
+        kwargs={"attention_mask": torch.zeros(1, 1, WINDOW), "past_key_value": past, "use_cache": True},
+    )
 
 
 def build_attention_decode(layer_index: int):
@@ -178,10 +190,13 @@ def build_attention_decode(layer_index: int):
         config = rw.config(WINDOW)
         calib = tuple(_attention_decode_sample(layer_index, config, ids) for ids in _windows("calibration", 4, 0))
         (default,) = _windows("evaluation", 1, 0)
-        inputs = CaseInputs(calibration=calib, evaluation={"default": _attention_decode_sample(layer_index, config,
-                                                                                                default)})
-        return Built(rw.layer(layer_index, "self_attn", max_position_embeddings=WINDOW), inputs,
-                     _facts(config, layer_index))
+        inputs = CaseInputs(
+            calibration=calib, evaluation={"default": _attention_decode_sample(layer_index, config, default)}
+        )
+        return Built(
+            rw.layer(layer_index, "self_attn", max_position_embeddings=WINDOW), inputs, _facts(config, layer_index)
+        )
+
     return build
 
 
@@ -199,25 +214,35 @@ def _layer_decode_sample(layer_index: int, config, ids: torch.Tensor, filled: in
     past_v[:, :, :filled] = v
     mask = torch.zeros(1, 1, WINDOW)
     mask[..., filled:slots] = FILL
-    return Sample(args=(hidden,), kwargs={
-        "attention_mask": mask,
-        "position_embeddings": llama.pre_negate_sin(llama.hf_rope_at(config, [filled])),
-        "past_key_value": (past_k, past_v),
-        "use_cache": True,
-    })
+    return Sample(
+        args=(hidden,),
+        kwargs={
+            "attention_mask": mask,
+            "position_embeddings": llama.pre_negate_sin(llama.hf_rope_at(config, [filled])),
+            "past_key_value": (past_k, past_v),
+            "use_cache": True,
+        },
+    )
 
 
 def build_decoder_layer_decode(layer_index: int):
     def build(profile: str) -> Built:
         config = rw.config(WINDOW)
         calib_ids = _windows("calibration", 4, 0)
-        calib = tuple(_layer_decode_sample(layer_index, config, ids, filled)
-                      for ids, filled in zip(calib_ids, (WINDOW - 1, 47, 24, 8)))
+        calib = tuple(
+            _layer_decode_sample(layer_index, config, ids, filled)
+            for ids, filled in zip(calib_ids, (WINDOW - 1, 47, 24, 8))
+        )
         eval_ids = _windows("evaluation", 2, 0)
-        inputs = CaseInputs(calibration=calib, evaluation={
-            "default": _layer_decode_sample(layer_index, config, eval_ids[0], 40),
-            "full_cache": _layer_decode_sample(layer_index, config, eval_ids[1], WINDOW - 1)})
+        inputs = CaseInputs(
+            calibration=calib,
+            evaluation={
+                "default": _layer_decode_sample(layer_index, config, eval_ids[0], 40),
+                "full_cache": _layer_decode_sample(layer_index, config, eval_ids[1], WINDOW - 1),
+            },
+        )
         return Built(rw.layer(layer_index, max_position_embeddings=WINDOW), inputs, _facts(config, layer_index))
+
     return build
 
 
@@ -237,10 +262,15 @@ def build_causal_lm(n_layers: int):
         export_ids = _windows("evaluation", 1, 2)[0][None]
         inputs = CaseInputs(
             calibration=tuple(_lm_sample(*pair) for pair in calib),
-            evaluation={"default": _lm_sample(*default), "text": _lm_sample(*text),
-                        "export": _lm_sample(export_ids, torch.ones_like(export_ids))})
+            evaluation={
+                "default": _lm_sample(*default),
+                "text": _lm_sample(*text),
+                "export": _lm_sample(export_ids, torch.ones_like(export_ids)),
+            },
+        )
         facts = _facts(config, n_layers) | {"n_layers": n_layers}
         return Built(rw.truncated_model(n_layers, max_position_embeddings=WINDOW), inputs, facts)
+
     return build
 
 
@@ -251,9 +281,12 @@ _TINY = {case.name: case for case in llama.CASES}
 _REAL = dict(profiles=(PROFILE,), golden_profiles=(), unavailable=rw.unavailable_reason, profile_limits={})
 # Every accuracy field gated, so `python -m harness limits --profile real_weights` proposes each;
 # the reviewed table (cases/limits/real_weights.json) replaces these placeholders.
-_UNMEASURED = {"quant_accuracy": {"max_mean_abs_diff": 1e6, "max_abs_diff": 1e6, "max_peir": 1e6, "min_sqnr_db": -1e6},
-               # beside each site table, the same sites on random weights of the same shapes
-               "attribution": {"random_weights_contrast": True}}
+_UNMEASURED = {
+    "quant_accuracy": {"max_mean_abs_diff": 1e6, "max_abs_diff": 1e6, "max_peir": 1e6, "min_sqnr_db": -1e6},
+    # beside each site table, the same sites on random weights of the same shapes
+    "attribution": {"random_weights_contrast": True},
+}
+
 
 def _with_per_head_present_v(case: Case) -> Case:
     """The decode layer (unrolled layout) with SmolLM2's 3 KV heads: the per-head present-V finding
@@ -266,14 +299,22 @@ def _derived(tiny_name: str, layer_index: int, build) -> Case:
     """The tiny case's wrapper, capabilities and expectations on one layer of the checkpoint."""
     base = _TINY[tiny_name]
     settings = {**base.settings, **{k: {**base.settings.get(k, {}), **v} for k, v in _UNMEASURED.items()}}
-    case = dataclasses.replace(base, name=f"{tiny_name}_real_l{layer_index}", build=build(layer_index),
-                               description=f"{tiny_name} on layer {layer_index} of SmolLM2-135M-Instruct, real text",
-                               settings=settings, sweep=None, **_REAL)  # the tiny case's axes are its own
+    case = dataclasses.replace(
+        base,
+        name=f"{tiny_name}_real_l{layer_index}",
+        build=build(layer_index),
+        description=f"{tiny_name} on layer {layer_index} of SmolLM2-135M-Instruct, real text",
+        settings=settings,
+        sweep=None,
+        **_REAL,
+    )  # the tiny case's axes are its own
     return _with_per_head_present_v(case) if tiny_name == "llama_decoder_layer_decode" else case
 
 
-_KEY_FOLD = ("the default (npu_export) profile folds the attention scale into k_proj: the raw-logit and scale "
-             "observers serve the scale_fusion='none' profile only")
+_KEY_FOLD = (
+    "the default (npu_export) profile folds the attention scale into k_proj: the raw-logit and scale "
+    "observers serve the scale_fusion='none' profile only"
+)
 _NO_CACHE = "the model case runs prefill without a cache (use_cache=False): past and new K/V observers serve decode"
 
 
@@ -283,9 +324,13 @@ CASES = [
     # weight-only 8-bit: layer 27's gate_proj rows spread widest in the checkpoint (largest row
     # range 17x the median row's; 1.3x for iid weights of that shape), so the weights' own
     # quantization is what this case measures (tests/test_real_weights.py seeds a weight defect)
-    dataclasses.replace(_derived("llama_mlp", 27, build_mlp), name="llama_mlp_w8a16_real_l27", ptq_config=w8a16_config,
-                        description="llama_mlp on layer 27 of SmolLM2-135M-Instruct, int16 activations and uint8 "
-                                    "per-channel weights, real text"),
+    dataclasses.replace(
+        _derived("llama_mlp", 27, build_mlp),
+        name="llama_mlp_w8a16_real_l27",
+        ptq_config=w8a16_config,
+        description="llama_mlp on layer 27 of SmolLM2-135M-Instruct, int16 activations and uint8 "
+        "per-channel weights, real text",
+    ),
     _derived("llama_attention_prefill", 0, build_attention_prefill),
     _derived("llama_attention_decode", 29, build_attention_decode),
     _derived("llama_decoder_layer_prefill", 0, build_decoder_layer_prefill),
@@ -307,11 +352,18 @@ CASES = [
             unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
         ),
         language_model=LanguageModelCapability(token_ids=lambda s: s.kwargs["input_ids"]),
-        settings={**_UNMEASURED, "lm_quality": {"max_ppl_ratio": 1e6, "min_top1_agreement": 0.0,
-                                                "max_kl_divergence": 1e6}},
-        unused_observers={"*.self_attn.wrapped.obs_scale": _KEY_FOLD, "*.self_attn.wrapped.obs_logits_raw": _KEY_FOLD,
-                          "*.self_attn.wrapped.obs_past_key": _NO_CACHE, "*.self_attn.wrapped.obs_past_value": _NO_CACHE,
-                          "*.self_attn.wrapped.obs_new_k": _NO_CACHE, "*.self_attn.wrapped.obs_new_v": _NO_CACHE},
+        settings={
+            **_UNMEASURED,
+            "lm_quality": {"max_ppl_ratio": 1e6, "min_top1_agreement": 0.0, "max_kl_divergence": 1e6},
+        },
+        unused_observers={
+            "*.self_attn.wrapped.obs_scale": _KEY_FOLD,
+            "*.self_attn.wrapped.obs_logits_raw": _KEY_FOLD,
+            "*.self_attn.wrapped.obs_past_key": _NO_CACHE,
+            "*.self_attn.wrapped.obs_past_value": _NO_CACHE,
+            "*.self_attn.wrapped.obs_new_k": _NO_CACHE,
+            "*.self_attn.wrapped.obs_new_v": _NO_CACHE,
+        },
         expected_failures={
             "no_side_effects": _TEMPLATE_COPIES,
             "export_contract": expect("export-adapter-accepts-calib"),
@@ -327,7 +379,8 @@ CASES = with_profile_limits(CASES, PROFILE)
 # The same wrapper (QuantLlamaForCausalLM), inputs and calibration as llama_for_causal_lm_real_2l, with all 30
 # layers, for perplexity / top-1 / KL of the model users deploy. No export capability: converting the
 # whole model is not spent nightly; the 2-layer case exports, converts and replays the same wrapper classes.
-# Run: ./scripts/real-weights.sh whole-model (quant_accuracy and lm_quality; docs/profiles.md "The real_weights profile").
+# Run: ./scripts/real-weights.sh whole-model (quant_accuracy and lm_quality; docs/profiles.md "The real_weights
+# profile").
 FULL_PROFILE = "real_weights_full"
 N_LAYERS_FULL = 30
 
@@ -335,15 +388,29 @@ N_LAYERS_FULL = 30
 def _whole_model(name: str, description: str, **changes) -> Case:
     two = {case.name: case for case in CASES}["llama_for_causal_lm_real_2l"]
     return dataclasses.replace(
-        two, name=name, description=description, build=build_causal_lm(N_LAYERS_FULL), profiles=(FULL_PROFILE,),
-        profile_limits={}, export=None,
-        expected_failures={"no_side_effects": two.expected_failures["no_side_effects"]}, **changes)
+        two,
+        name=name,
+        description=description,
+        build=build_causal_lm(N_LAYERS_FULL),
+        profiles=(FULL_PROFILE,),
+        profile_limits={},
+        export=None,
+        expected_failures={"no_side_effects": two.expected_failures["no_side_effects"]},
+        **changes,
+    )
 
 
-CASES += with_profile_limits([
-    _whole_model("llama_for_causal_lm_real_30l",
-                 "SmolLM2-135M-Instruct whole (30 layers, final norm, tied head), default uint8 PTQConfig, real text"),
-    _whole_model("llama_for_causal_lm_w8a16_real_30l",
-                 "SmolLM2-135M-Instruct whole, int16 activations and uint8 per-channel weights, real text",
-                 ptq_config=w8a16_config),
-], FULL_PROFILE)
+CASES += with_profile_limits(
+    [
+        _whole_model(
+            "llama_for_causal_lm_real_30l",
+            "SmolLM2-135M-Instruct whole (30 layers, final norm, tied head), default uint8 PTQConfig, real text",
+        ),
+        _whole_model(
+            "llama_for_causal_lm_w8a16_real_30l",
+            "SmolLM2-135M-Instruct whole, int16 activations and uint8 per-channel weights, real text",
+            ptq_config=w8a16_config,
+        ),
+    ],
+    FULL_PROFILE,
+)

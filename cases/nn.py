@@ -51,14 +51,23 @@ def linear_policy(profile: str, policy: str = "uint8"):
 # in float (F.linear, :61) and tico's QuantizeBias pass quantizes it at conversion.
 LINEAR_SWEEP = Sweep(
     axes={"policy": ("uint8", "int16", "per_tensor_weight", "act_out_int16"), "bias": (False, True)},
-    why={"policy": "_make_obs precedence (quant_module_base.py:197-209): override > wrapper default > role spec",
-         "bias": "a bias reaches Circle through QuantizeBias (passes/quantize_bias.py:95-97)"},
+    why={
+        "policy": "_make_obs precedence (quant_module_base.py:197-209): override > wrapper default > role spec",
+        "bias": "a bias reaches Circle through QuantizeBias (passes/quantize_bias.py:95-97)",
+    },
     pr="each",
     nightly="all",
-    overrides={"policy=per_tensor_weight,bias=True": {"expected_failures": {
-        check: expect("quantize-bias-per-tensor-assert") for check in ("circle_replay", "qparam_audit", "qparam_consistency")}},
-        "policy=act_out_int16": {"expected_failures": expect_on(("circle_replay", "qparam_consistency"),
-                                                                "int16-output-after-uint8")}},
+    overrides={
+        "policy=per_tensor_weight,bias=True": {
+            "expected_failures": {
+                check: expect("quantize-bias-per-tensor-assert")
+                for check in ("circle_replay", "qparam_audit", "qparam_consistency")
+            }
+        },
+        "policy=act_out_int16": {
+            "expected_failures": expect_on(("circle_replay", "qparam_consistency"), "int16-output-after-uint8")
+        },
+    },
 )
 
 
@@ -129,52 +138,87 @@ _LEAF = dict(family="nn", profiles=("tiny",))
 
 CASES = [
     # Limits: measured on the pinned stack, with margin (docs/profiles.md has the numbers).
-    Case(name="nn_linear", build=build_linear, seed=123, expected_wrapper="QuantLinear", ptq_config=linear_policy,
-         settings={
-             "quant_accuracy": {"max_mean_abs_diff": 0.06, "max_peir": 0.08},
-             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-         },
-         export=whole_module_export(), sweep=LINEAR_SWEEP, **_LEAF),
+    Case(
+        name="nn_linear",
+        build=build_linear,
+        seed=123,
+        expected_wrapper="QuantLinear",
+        ptq_config=linear_policy,
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.06, "max_peir": 0.08},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        export=whole_module_export(),
+        sweep=LINEAR_SWEEP,
+        **_LEAF,
+    ),
     # Circle replay of the decomposed Conv3d differs from torch QUANT as exported by up to 4 steps (the
     # per-slice qparams tico replaces, qparam_consistency); from torch aligned to them by 0 steps under
     # native, avx2 and scalar kernels (2026-12-02): the limit is the one-flip floor.
-    Case(name="nn_conv3d", build=build_conv3d, seed=123, expected_wrapper="QuantConv3dDecomposed",
-         settings={
-             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.05},
-             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-         },
-         export=whole_module_export(),
-         expected_failures={"qparam_audit": expect("conv3d-decomposed-float-bias")},
-         **_LEAF),
-    Case(name="nn_conv3d_special_case", build=build_conv3d_patch, seed=123, expected_wrapper="QuantConv3dDecomposed",
-         settings={
-             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.05},
-             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-         },
-         export=whole_module_export(), **_LEAF),
-    Case(name="nn_layernorm", build=build_layernorm, seed=123, expected_wrapper="QuantLayerNorm",
-         settings={
-             "quant_accuracy": {"max_mean_abs_diff": 0.12, "max_peir": 0.12},
-             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-         },
-         export=whole_module_export(), **_LEAF),
-    Case(name="nn_tied_embedding", build=build_tied, seed=123,
-         settings={
-             "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.05},
-             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-         },
-         wrap=_per_child(_wrap_child), prepare=_per_child(_prepare_child), convert=_per_child(_convert_child),
-         export=whole_module_export(),
-         not_applicable={
-             "wrapper_registry": "the root is a test composite; embed and lm_head are wrapped one by one to keep the tie",
-             "ptq_overrides": "the root is a test composite that owns no observer of its own",
-         },
-         **_LEAF),
+    Case(
+        name="nn_conv3d",
+        build=build_conv3d,
+        seed=123,
+        expected_wrapper="QuantConv3dDecomposed",
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.05},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        export=whole_module_export(),
+        expected_failures={"qparam_audit": expect("conv3d-decomposed-float-bias")},
+        **_LEAF,
+    ),
+    Case(
+        name="nn_conv3d_special_case",
+        build=build_conv3d_patch,
+        seed=123,
+        expected_wrapper="QuantConv3dDecomposed",
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.05},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        export=whole_module_export(),
+        **_LEAF,
+    ),
+    Case(
+        name="nn_layernorm",
+        build=build_layernorm,
+        seed=123,
+        expected_wrapper="QuantLayerNorm",
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.12, "max_peir": 0.12},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        export=whole_module_export(),
+        **_LEAF,
+    ),
+    Case(
+        name="nn_tied_embedding",
+        build=build_tied,
+        seed=123,
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.05},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        wrap=_per_child(_wrap_child),
+        prepare=_per_child(_prepare_child),
+        convert=_per_child(_convert_child),
+        export=whole_module_export(),
+        not_applicable={
+            "wrapper_registry": "the root is a test composite; embed and lm_head are wrapped one by one to keep "
+            "the tie",
+            "ptq_overrides": "the root is a test composite that owns no observer of its own",
+        },
+        **_LEAF,
+    ),
 ]
 
 
 # One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(CASES, {
-    "nn_conv3d": {"qparam_consistency": replaced_qparams(rotate_half=False, conv3d_slices=True)},
-    "nn_tied_embedding": {"qparam_consistency": replaced_qparams(rotate_half=False, embedding=True)},
-})
+CASES = with_expected(
+    CASES,
+    {
+        "nn_conv3d": {"qparam_consistency": replaced_qparams(rotate_half=False, conv3d_slices=True)},
+        "nn_tied_embedding": {"qparam_consistency": replaced_qparams(rotate_half=False, embedding=True)},
+    },
+)

@@ -13,6 +13,19 @@ from __future__ import annotations
 
 import torch
 
+from cases import _static_runtime as static
+from cases._profile_limits import with_profile_limits
+from cases._qwen3_vl_common import (
+    FOLDED_SCALE,
+    PROFILES,
+    QWEN3_VL_REQUIRES,
+    STATIC_GRID,
+    hf_vision_rope,
+    text_config,
+    vision_config,
+    vision_sample,
+)
+from cases._shared_diagnoses import replaced_qparams, with_expected
 from harness import (
     Built,
     Case,
@@ -21,24 +34,10 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    first_call_kwarg,
+    unwrap,
     whole_module_export,
 )
-from harness import first_call_kwarg
-from harness import unwrap
-
-from cases._profile_limits import with_profile_limits
-from cases import _static_runtime as static
-from cases._qwen3_vl_common import (
-    FOLDED_SCALE,
-    PROFILES,
-    STATIC_GRID,
-    QWEN3_VL_REQUIRES,
-    hf_vision_rope,
-    text_config,
-    vision_config,
-    vision_sample,
-)
-from cases._shared_diagnoses import replaced_qparams, with_expected
 from harness.findings import expect
 
 STATIC = static.PROFILE
@@ -46,6 +45,7 @@ STATIC = static.PROFILE
 EXPORT_GRID = (2, 4, 6)
 # Extra grids for rotary parity only (non-square both ways, temporal 1..3).
 ROTARY_GRIDS = ((1, 4, 8), (2, 8, 4), (3, 2, 6))
+
 
 def pooled_output(output) -> torch.Tensor:
     """The merged visual tokens: HF's pooler_output, or the adapter's first tuple element."""
@@ -63,9 +63,11 @@ def build_vision_model(profile: str) -> Built:
     module = Qwen3VLVisionModel(cfg)
     if profile == STATIC:  # TICO's fixed deployment grid, one calibration sample; no extra rotary grids
         calibration = (vision_sample(cfg, STATIC_GRID),)
-        return Built(module=module, inputs=CaseInputs(calibration=calibration,
-                                                      evaluation={"default": vision_sample(cfg, STATIC_GRID)}),
-                     facts={"rotary_probes": {}})
+        return Built(
+            module=module,
+            inputs=CaseInputs(calibration=calibration, evaluation={"default": vision_sample(cfg, STATIC_GRID)}),
+            facts={"rotary_probes": {}},
+        )
     # Calibration uses the deployment grid (the option the seed PR's reviewers chose).
     calibration = tuple(vision_sample(cfg, EXPORT_GRID) for _ in range(2))
     default = vision_sample(cfg, EXPORT_GRID)
@@ -111,8 +113,10 @@ VISION_MODEL = Case(
     seed=123,
     expected_wrapper="QuantQwen3VLVisionModel",
     expected_observer_count=120,
-    expected_failures={"no_side_effects": expect("qwen3-vl-patch-embed-copy"),
-                       "qparam_consistency": replaced_qparams()},
+    expected_failures={
+        "no_side_effects": expect("qwen3-vl-patch-embed-copy"),
+        "qparam_consistency": replaced_qparams(),
+    },
     requires=QWEN3_VL_REQUIRES,
     output=pooled_output,
     # Measured on the pinned stack at grid (2,4,6): mean 0.0014, max 0.020, PEIR 0.056, SQNR 29.5 dB.
@@ -125,7 +129,8 @@ VISION_MODEL = Case(
         adapter=_vision_adapter,
         args=lambda sample: (sample.args[0],),
         unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module(
-            "decode", grid_thw=tuple(int(v) for v in sample.args[1][0])),
+            "decode", grid_thw=tuple(int(v) for v in sample.args[1][0])
+        ),
         # Patches for a (1, 2, 2) grid fed to the adapter baked for the sample's grid.
         contradicting_args=lambda sample, built: (sample.args[0][:, :4],),
     ),
@@ -192,8 +197,9 @@ class _FixedGridPart(torch.nn.Module):
         self.split_sizes = tuple(int(b - a) for a, b in zip(bounds, bounds[1:]))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.part(hidden, self.cu_seqlens, position_embeddings=(self.cos, self.sin),
-                         attention_split_sizes=self.split_sizes)
+        return self.part(
+            hidden, self.cu_seqlens, position_embeddings=(self.cos, self.sin), attention_split_sizes=self.split_sizes
+        )
 
 
 def _fixed_grid_export() -> ExportCapability:
@@ -206,8 +212,13 @@ def _fixed_grid_export() -> ExportCapability:
 
 def build_vision_mlp(profile: str) -> Built:
     # 16 patch rows on tiny (TICO's count), the grid's patch tokens at static_runtime
-    return _vision_part(profile, lambda m: m.blocks[0].mlp, lambda m, grid: Sample(
-        args=(torch.randn(_patch_tokens(grid) if profile == STATIC else 16, m.config.hidden_size),)))
+    return _vision_part(
+        profile,
+        lambda m: m.blocks[0].mlp,
+        lambda m, grid: Sample(
+            args=(torch.randn(_patch_tokens(grid) if profile == STATIC else 16, m.config.hidden_size),)
+        ),
+    )
 
 
 def build_vision_attention(profile: str) -> Built:
@@ -219,51 +230,89 @@ def build_vision_block(profile: str) -> Built:
 
 
 def build_patch_embed(profile: str) -> Built:
-    return _vision_part(profile, lambda m: m.patch_embed, lambda m, grid: Sample(
-        args=(vision_sample(m.config, grid if profile == STATIC else (1, 2, 4)).args[0],)))
+    return _vision_part(
+        profile,
+        lambda m: m.patch_embed,
+        lambda m, grid: Sample(args=(vision_sample(m.config, grid if profile == STATIC else (1, 2, 4)).args[0],)),
+    )
 
 
 def build_patch_merger(profile: str) -> Built:
     # two merged tokens on tiny, the grid's patch tokens at static_runtime
-    return _vision_part(profile, lambda m: m.merger, lambda m, grid: Sample(args=(torch.randn(
-        _patch_tokens(grid) if profile == STATIC else 2 * m.config.spatial_merge_size**2, m.config.hidden_size),)))
+    return _vision_part(
+        profile,
+        lambda m: m.merger,
+        lambda m, grid: Sample(
+            args=(
+                torch.randn(
+                    _patch_tokens(grid) if profile == STATIC else 2 * m.config.spatial_merge_size**2,
+                    m.config.hidden_size,
+                ),
+            )
+        ),
+    )
 
 
 _PART = dict(family="qwen3_vl", seed=123, requires=QWEN3_VL_REQUIRES, profiles=PROFILES)
 
 VISION_PARTS = [
-    Case(name="qwen3_vl_vision_mlp", build=build_vision_mlp, expected_wrapper="QuantQwen3VLVisionMLP",
-         settings={
-             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
-             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-         },
-         export=whole_module_export(), **_PART),
-    Case(name="qwen3_vl_vision_attention", build=build_vision_attention, expected_wrapper="QuantQwen3VLVisionAttention",
-         settings={
-             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
-             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-         },
-         unused_observers={"obs_scaling": FOLDED_SCALE, "obs_mul_logits_scale": FOLDED_SCALE},
-         export=_fixed_grid_export(), **_PART),
-    Case(name="qwen3_vl_vision_block", build=build_vision_block, expected_wrapper="QuantQwen3VLVisionBlock",
-         settings={
-             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
-             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-         },
-         unused_observers={"attn.wrapped.obs_scaling": FOLDED_SCALE, "attn.wrapped.obs_mul_logits_scale": FOLDED_SCALE},
-         export=_fixed_grid_export(), **_PART),
-    Case(name="qwen3_vl_vision_patch_embed", build=build_patch_embed, expected_wrapper="QuantQwen3VLVisionPatchEmbed",
-         settings={
-             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
-             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-         },
-         export=whole_module_export(), **_PART),
-    Case(name="qwen3_vl_vision_patch_merger", build=build_patch_merger, expected_wrapper="QuantQwen3VLVisionPatchMerger",
-         settings={
-             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
-             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-         },
-         export=whole_module_export(), **_PART),
+    Case(
+        name="qwen3_vl_vision_mlp",
+        build=build_vision_mlp,
+        expected_wrapper="QuantQwen3VLVisionMLP",
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        export=whole_module_export(),
+        **_PART,
+    ),
+    Case(
+        name="qwen3_vl_vision_attention",
+        build=build_vision_attention,
+        expected_wrapper="QuantQwen3VLVisionAttention",
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        unused_observers={"obs_scaling": FOLDED_SCALE, "obs_mul_logits_scale": FOLDED_SCALE},
+        export=_fixed_grid_export(),
+        **_PART,
+    ),
+    Case(
+        name="qwen3_vl_vision_block",
+        build=build_vision_block,
+        expected_wrapper="QuantQwen3VLVisionBlock",
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        unused_observers={"attn.wrapped.obs_scaling": FOLDED_SCALE, "attn.wrapped.obs_mul_logits_scale": FOLDED_SCALE},
+        export=_fixed_grid_export(),
+        **_PART,
+    ),
+    Case(
+        name="qwen3_vl_vision_patch_embed",
+        build=build_patch_embed,
+        expected_wrapper="QuantQwen3VLVisionPatchEmbed",
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        export=whole_module_export(),
+        **_PART,
+    ),
+    Case(
+        name="qwen3_vl_vision_patch_merger",
+        build=build_patch_merger,
+        expected_wrapper="QuantQwen3VLVisionPatchMerger",
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        export=whole_module_export(),
+        **_PART,
+    ),
 ]
 
 # -- text MLP (TICO's tiny text config) ------------------------------------------------------------
@@ -277,26 +326,36 @@ def build_text_mlp(profile: str) -> Built:
     # static_runtime: one 2048-token window, batch one, one calibration sample (TICO's static smoke)
     shape, count = ((1, static.QWEN3_VL["max_seq"]), 1) if profile == STATIC else ((2, 8), 3)
     sample = lambda: Sample(args=(torch.randn(*shape, cfg.hidden_size),))  # noqa: E731
-    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(count)), evaluation={"default": sample()}))
+    return Built(
+        module, CaseInputs(calibration=tuple(sample() for _ in range(count)), evaluation={"default": sample()})
+    )
 
 
 TEXT_PARTS = [
-    Case(name="qwen3_vl_text_mlp", build=build_text_mlp, expected_wrapper="QuantQwen3VLTextMLP",
-         settings={
-             "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
-             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-         },
-         export=whole_module_export(), **_PART),
+    Case(
+        name="qwen3_vl_text_mlp",
+        build=build_text_mlp,
+        expected_wrapper="QuantQwen3VLTextMLP",
+        settings={
+            "quant_accuracy": {"max_mean_abs_diff": 0.05, "max_peir": 0.1},
+            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
+        },
+        export=whole_module_export(),
+        **_PART,
+    ),
 ]
 
 CASES = [VISION_MODEL, *VISION_PARTS, *TEXT_PARTS]
 
 
 # One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(CASES, {
-    "qwen3_vl_vision_attention": {"qparam_consistency": replaced_qparams()},
-    "qwen3_vl_vision_block": {"qparam_consistency": replaced_qparams()},
-})
+CASES = with_expected(
+    CASES,
+    {
+        "qwen3_vl_vision_attention": {"qparam_consistency": replaced_qparams()},
+        "qwen3_vl_vision_block": {"qparam_consistency": replaced_qparams()},
+    },
+)
 
 
 # The nightly profile's own limits, with their sources (cases/limits/e2b_dims.json).
@@ -306,8 +365,12 @@ CASES = with_profile_limits(CASES, "static_runtime")
 
 
 # The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
-for _name in ("qwen3_vl_vision_model", "qwen3_vl_vision_attention", "qwen3_vl_vision_block",
-              "qwen3_vl_vision_patch_embed"):
+for _name in (
+    "qwen3_vl_vision_model",
+    "qwen3_vl_vision_attention",
+    "qwen3_vl_vision_block",
+    "qwen3_vl_vision_patch_embed",
+):
     static.declare(_name, vision_grid=STATIC_GRID)
 for _name in ("qwen3_vl_vision_mlp", "qwen3_vl_vision_patch_merger"):
     static.declare(_name, vision_patch_seq_len=static.QWEN3_VL_PATCH_TOKENS)

@@ -26,9 +26,8 @@ import dataclasses
 
 import torch
 
-from harness import RotationHandoffCapability, Built
-
 from cases import llama_model as lm
+from harness import Built, RotationHandoffCapability
 
 OUTLIER_CHANNELS = 2
 OUTLIER_SCALE = 30.0
@@ -64,6 +63,7 @@ def build_causal_lm(outliers: bool):
         original, spun, inputs, config = _build(profile, outliers)
         assert spun.lm_head.weight is spun.model.embed_tokens.weight, "SpinQuant must keep the tied head"
         return Built(spun, inputs, facts={"config": config, "original": original})
+
     return build
 
 
@@ -72,8 +72,9 @@ def build_model(profile: str) -> Built:
     with the final norm's weight moved into rotate_lm_head, so it matches the original LlamaModel
     only through rotate_lm_head (the handoff's ``to_original``)."""
     original, spun, inputs, config = _build(profile, outliers=False)
-    return Built(spun.model, inputs, facts={"config": config, "original": original.model,
-                                           "rotate_lm_head": spun.rotate_lm_head})
+    return Built(
+        spun.model, inputs, facts={"config": config, "original": original.model, "rotate_lm_head": spun.rotate_lm_head}
+    )
 
 
 def _rotate_back(output: torch.Tensor, built: Built) -> torch.Tensor:
@@ -120,7 +121,7 @@ CASES = [
         name="spin_llama_for_causal_lm",
         build=build_causal_lm(outliers=False),
         description="tico's SpinQuant (Hadamard R1/R2) on llama_for_causal_lm's model, then wrapq PTQ "
-                    "(SpinLlamaForCausalLM through QuantLlamaForCausalLM)",
+        "(SpinLlamaForCausalLM through QuantLlamaForCausalLM)",
         rotation_handoff=_HANDOFF_LM,
         settings=_SETTINGS["spin_llama_for_causal_lm"],
     ),
@@ -129,9 +130,9 @@ CASES = [
         name="spin_llama_model",
         build=build_model,
         description="the SpinLlamaModel backbone of spin_llama_for_causal_lm through QuantLlamaModel",
-        rotation_handoff=RotationHandoffCapability(algorithm="SpinQuant",
-                                                     original=lambda built: built.facts["original"],
-                                                     to_original=_rotate_back),
+        rotation_handoff=RotationHandoffCapability(
+            algorithm="SpinQuant", original=lambda built: built.facts["original"], to_original=_rotate_back
+        ),
         settings=_SETTINGS["spin_llama_model"],
     ),
     dataclasses.replace(
@@ -139,7 +140,7 @@ CASES = [
         name="spin_llama_for_causal_lm_outliers",
         build=build_causal_lm(outliers=True),
         description=f"spin_llama_for_causal_lm with embedding channels 0..{OUTLIER_CHANNELS - 1} scaled by "
-                    f"{OUTLIER_SCALE:g} (residual-stream outliers): where SpinQuant claims a gain",
+        f"{OUTLIER_SCALE:g} (residual-stream outliers): where SpinQuant claims a gain",
         rotation_handoff=dataclasses.replace(_HANDOFF_LM, claimed_sites=_in_decoder_layers),
         # not exported: the same adapter and graph as spin_llama_for_causal_lm (its export checks would
         # cost ~10 s CPU for no new path); the export-only expectations go with it

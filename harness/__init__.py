@@ -4,24 +4,21 @@ What a case file or an out-of-tree check needs is exported here (README "Add a c
 "Add a check"); the rest of the package is the harness's own."""
 
 from harness.algorithm import AlgorithmCapability, AlgorithmRecord, WeightGrid, capture_linear_inputs
-from harness.case import (
+from harness.capture import first_call_kwarg
+from harness.case import Case, CaseDefinitionError, ProfileLimits, first_tensor
+from harness.case_parts import (
     Built,
-    Case,
-    CaseDefinitionError,
     CaseInputs,
     ExportCapability,
     LanguageModelCapability,
     MaskCapability,
     MaskProbe,
-    ProfileLimits,
     RotaryCapability,
     RotaryTables,
+    RotationHandoffCapability,
     Sample,
-    first_tensor,
     whole_module_export,
 )
-from harness.capture import first_call_kwarg
-from harness.case import RotationHandoffCapability  # own line: SpinQuant handoff (harness/checks/rotation_handoff.py)
 from harness.check_settings import merged as merged_settings
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
 from harness.checks.export_contract import calib_mode_adapter

@@ -88,8 +88,12 @@ class AlgorithmCapability:
             raise TypeError(f"algorithm {self.name!r}: run and handoff must be callables")
 
 
-def capture_linear_inputs(module: torch.nn.Module, samples: tuple, call: Callable[[torch.nn.Module, Any], Any],
-                          names: Mapping[str, str] | None = None) -> dict[str, torch.Tensor]:
+def capture_linear_inputs(
+    module: torch.nn.Module,
+    samples: tuple,
+    call: Callable[[torch.nn.Module, Any], Any],
+    names: Mapping[str, str] | None = None,
+) -> dict[str, torch.Tensor]:
     """The input every ``nn.Linear`` of ``module`` sees when ``call`` runs the samples through it,
     flattened to rows x in_features and keyed by the module's name (or ``names[name]``)."""
     seen: dict[str, list[torch.Tensor]] = {}

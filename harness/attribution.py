@@ -123,8 +123,11 @@ def _site_facts(path: str, obs) -> Site:
     per_channel = getattr(obs, "channel_axis", None) is not None
     lo, hi = getattr(obs, "min_val", None), getattr(obs, "max_val", None)
     return Site(
-        path=path, observer=type(obs).__name__, dtype=str(getattr(obs, "dtype", "")),
-        qscheme=str(getattr(obs, "qscheme", "")), per_channel=per_channel,
+        path=path,
+        observer=type(obs).__name__,
+        dtype=str(getattr(obs, "dtype", "")),
+        qscheme=str(getattr(obs, "qscheme", "")),
+        per_channel=per_channel,
         scale=None if scale is None else float(scale.max()),
         zero_point=None if zp is None or per_channel or zp.numel() != 1 else int(zp),
         observed_min=_finite(float(lo.min())) if isinstance(lo, torch.Tensor) and lo.numel() else None,
@@ -204,7 +207,7 @@ def resolved_range(values: torch.Tensor, gap_fraction: float = CLUSTER_GAP_FRACT
     i = int(torch.argmax(gaps))
     if float(gaps[i]) <= gap_fraction * (hi - lo):
         return lo, hi, False
-    below, above = v[: i + 1], v[i + 1:]
+    below, above = v[: i + 1], v[i + 1 :]
     main = below if below.numel() >= above.numel() else above
     return float(main[0]), float(main[-1]), True
 
@@ -227,8 +230,14 @@ def _gain(off: float, base: float) -> float:
     return off - base
 
 
-def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default",
-              only: set[str] | None = None, with_submodules: bool = True) -> Attribution:
+def attribute(
+    pipeline,
+    *,
+    max_sites: int = 64,
+    sample_name: str = "default",
+    only: set[str] | None = None,
+    with_submodules: bool = True,
+) -> Attribution:
     """Leave-one-out attribution of ``pipeline``'s QUANT output error to its fake-quant sites, on a
     private copy of the quantized tree (the shared artifact is never touched). ``only``: evaluate
     just these site paths (another run's sites, for a like-for-like comparison); ``with_submodules``
@@ -276,7 +285,7 @@ def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default",
     base_sqnr, base_peir = sqnr_db(reference, as_is), peir(reference, as_is)
 
     candidates = [i for i, s in enumerate(sites) if s.enabled and s.calls and (only is None or s.path in only)]
-    candidates.sort(key=lambda i: (sites[i].local_sqnr_db if sites[i].local_sqnr_db is not None else math.inf))
+    candidates.sort(key=lambda i: sites[i].local_sqnr_db if sites[i].local_sqnr_db is not None else math.inf)
     chosen = candidates[:max_sites]
     forwards = 2
     timed = 0.0
@@ -305,10 +314,19 @@ def attribute(pipeline, *, max_sites: int = 64, sample_name: str = "default",
     sites.sort(key=rank)
     submodules = submodule_errors(quantized, sample) if with_submodules else []
     return Attribution(
-        sample=sample_name, sqnr_db=base_sqnr, peir=base_peir, sites=sites, evaluated=len(chosen),
-        capped=len(candidates) > len(chosen), max_sites=max_sites, forwards=forwards,
-        seconds=time.perf_counter() - started, seconds_per_forward=timed / len(chosen) if chosen else 0.0,
-        not_in_tico_sites=not_in_tico, not_walked=not_walked, submodules=submodules,
+        sample=sample_name,
+        sqnr_db=base_sqnr,
+        peir=base_peir,
+        sites=sites,
+        evaluated=len(chosen),
+        capped=len(candidates) > len(chosen),
+        max_sites=max_sites,
+        forwards=forwards,
+        seconds=time.perf_counter() - started,
+        seconds_per_forward=timed / len(chosen) if chosen else 0.0,
+        not_in_tico_sites=not_in_tico,
+        not_walked=not_walked,
+        submodules=submodules,
     )
 
 
@@ -317,13 +335,15 @@ def table_rows(attribution: Attribution, limit: int | None = None) -> list[list[
     rows = []
     for s in attribution.sites[:limit]:
         rng = "" if s.input_min is None else f"{s.input_min:.4g}..{s.input_max:.4g}"
-        rows.append([
-            s.path,
-            "not evaluated" if s.gain_db is None else f"{s.gain_db:.2f}",
-            "" if s.scale is None else f"{s.scale:.4g}",
-            "" if s.zero_point is None else s.zero_point,
-            rng,
-            "" if s.clipped_fraction is None else f"{100.0 * s.clipped_fraction:.2f}",
-            s.boundary or "",
-        ])
+        rows.append(
+            [
+                s.path,
+                "not evaluated" if s.gain_db is None else f"{s.gain_db:.2f}",
+                "" if s.scale is None else f"{s.scale:.4g}",
+                "" if s.zero_point is None else s.zero_point,
+                rng,
+                "" if s.clipped_fraction is None else f"{100.0 * s.clipped_fraction:.2f}",
+                s.boundary or "",
+            ]
+        )
     return rows

@@ -31,8 +31,7 @@ from typing import Any
 import torch
 
 from harness.attribution import Attribution, Site, attribute
-from harness.entry_store import Uncacheable
-from harness.entry_store import EntryStore
+from harness.entry_store import EntryStore, Uncacheable
 from harness.submodule_error import SubmoduleError
 
 KEY_SCHEMA = "attribution-v4"
@@ -57,10 +56,12 @@ def _attribution_code_fingerprint() -> str:
     from harness.code_fingerprint import Unfingerprintable, reachable_fingerprint
 
     try:
-        return reachable_fingerprint([
-            ("harness.attribution.attribute", attribute),
-            ("ObserverBase.set_fake_quant_enabled", ObserverBase.set_fake_quant_enabled),
-        ])
+        return reachable_fingerprint(
+            [
+                ("harness.attribution.attribute", attribute),
+                ("ObserverBase.set_fake_quant_enabled", ObserverBase.set_fake_quant_enabled),
+            ]
+        )
     except Unfingerprintable as why:
         raise Uncacheable(f"the attribution code cannot be fingerprinted: {why}") from why
 
@@ -68,7 +69,7 @@ def _attribution_code_fingerprint() -> str:
 def attribution_key(pipeline: Any, max_sites: int, sample_name: str) -> str:
     """sha256 of what ``attribute(pipeline, max_sites, sample_name)`` depends on (module
     docstring). Raises ``Uncacheable`` when something cannot be described exactly."""
-    from harness.export_reuse import _tensor_digest, execution_key
+    from harness.execution_key import _tensor_digest, execution_key
     from harness.metrics import select_valid
 
     sample = pipeline.sample(sample_name)
@@ -93,8 +94,9 @@ def _decode(payload: bytes, meta: dict[str, Any]) -> Attribution:
     return Attribution(**data)
 
 
-def cached_attribute(pipeline: Any, *, max_sites: int, sample_name: str = "default",
-                     cache_dir: Path | None = None) -> tuple[Attribution, str]:
+def cached_attribute(
+    pipeline: Any, *, max_sites: int, sample_name: str = "default", cache_dir: Path | None = None
+) -> tuple[Attribution, str]:
     """The attribution and how it was obtained: "hit", "miss" (computed and stored), "off",
     "uncacheable: ..." or "not stored: ..."."""
     if cache_dir is None:

@@ -48,7 +48,9 @@ class BaseRun:
     @property
     def label(self) -> str:
         tico = self.tico or {}
-        return f"base run {self.results} (tico {tico.get('version', '?')}, sources {str(tico.get('source_sha256'))[:12]})"
+        return (
+            f"base run {self.results} (tico {tico.get('version', '?')}, sources {str(tico.get('source_sha256'))[:12]})"
+        )
 
 
 def load(spec: str | Path) -> BaseRun:
@@ -101,8 +103,9 @@ def worse_metrics(tracked: Iterable[tuple[str, str]], head: dict[str, Any], base
     return worse
 
 
-def pre_existing(base: BaseRun, nodeid: str, problems: list[str], metrics: dict[str, Any],
-                 tracked: Iterable[tuple[str, str]]) -> str | None:
+def pre_existing(
+    base: BaseRun, nodeid: str, problems: list[str], metrics: dict[str, Any], tracked: Iterable[tuple[str, str]]
+) -> str | None:
     """Why this failure is not the change's (the base run failed the same way), or None."""
     record = base.records.get(nodeid)
     if record is None or record.get("outcome") not in _FAILED:

@@ -19,7 +19,8 @@ def export_record(pipeline: Any) -> Any:
     read off a fresh torch.export program (and stored)."""
     from harness.circle_cache import cache_key
     from harness.entry_store import Uncacheable
-    from harness.export_reuse import ExportCache, execution_key, record_from_program
+    from harness.execution_key import execution_key
+    from harness.export_reuse import ExportCache, record_from_program
     from harness.failure_replay import RecordedFailure, ReplayedFailure, keep, record_stage_error
     from harness.stage_engine import StageError
 
@@ -77,5 +78,6 @@ def circle_artifact(pipeline: Any) -> Any:
         # The reused record names its program's Circle key: a hit needs no trace.
         return convert_to_circle(lambda: pipeline.exported_program, cache, reused_key=record.circle_key)
     # the record's key was computed from this very program
-    return convert_to_circle(lambda: pipeline.exported_program, cache,
-                             key=record.circle_key if record is not None else None)
+    return convert_to_circle(
+        lambda: pipeline.exported_program, cache, key=record.circle_key if record is not None else None
+    )

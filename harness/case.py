@@ -9,7 +9,6 @@ as not applicable, never silently passed.
 from __future__ import annotations
 
 import functools
-
 import importlib.metadata
 import importlib.util
 import re
@@ -20,6 +19,15 @@ import torch
 from packaging.version import InvalidVersion, Version
 
 from harness.algorithm import AlgorithmCapability
+from harness.case_parts import (
+    Built,
+    ExportCapability,
+    LanguageModelCapability,
+    MaskCapability,
+    RotaryCapability,
+    RotationHandoffCapability,
+    Sample,
+)
 from harness.expectations import Expected
 from harness.sweep import Sweep, Variant
 
@@ -31,146 +39,6 @@ class CaseDefinitionError(ValueError):
         self.case_name = case_name
         self.field_name = field_name
         super().__init__(f"case {case_name!r}: field {field_name!r}: {problem}")
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One forward call of the module under test.
-
-    ``valid_tokens`` marks which output positions carry meaning (False on padding), shaped
-    like the output's leading (batch, sequence) dims. Comparisons are restricted to it.
-    """
-
-    args: tuple = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    valid_tokens: torch.Tensor | None = None
-
-    def call(self, module: torch.nn.Module) -> Any:
-        return module(*self.args, **dict(self.kwargs))
-
-
-@dataclass(frozen=True)
-class CaseInputs:
-    """Calibration samples and named evaluation samples ("default" is required)."""
-
-    calibration: tuple[Sample, ...]
-    evaluation: Mapping[str, Sample]
-
-    def __post_init__(self) -> None:
-        if "default" not in self.evaluation:
-            raise ValueError("evaluation inputs must include a 'default' sample")
-        if not self.calibration:
-            raise ValueError("at least one calibration sample is required")
-
-
-@dataclass
-class Built:
-    """What a case builder returns: the seeded reference module, its inputs, and free-form
-    facts the case's capabilities need later (configs, grids, position ids)."""
-
-    module: torch.nn.Module
-    inputs: CaseInputs
-    facts: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ExportCapability:
-    """How to obtain the static export adapter for one evaluation sample.
-
-    ``adapter(root, sample, built)`` receives a private copy of the wrapped model (the
-    pipeline copies it, since adapters may register buffers on the wrapper) and returns the
-    module that ``torch.export`` would trace; ``args(sample)`` gives its positional inputs.
-    """
-
-    adapter: Callable[[torch.nn.Module, Sample, Built], torch.nn.Module]
-    args: Callable[[Sample], tuple]
-    samples: tuple[str, ...] = ("default",)
-    # False when the module itself is exported (no adapter factory that could refuse CALIB).
-    refuses_calib: bool = True
-    # Export contract probes (optional; a missing one is reported as not checked):
-    # ask the wrapper for an export mode it does not support -- must raise;
-    unsupported_mode: Callable[[torch.nn.Module, Sample, Built], Any] | None = None
-    # positional inputs that contradict the adapter's fixed profile -- running them must raise.
-    contradicting_args: Callable[[Sample, Built], tuple] | None = None
-    # Why the wrapper builds its adapter in QUANT mode only (None: NO_QUANT must work too); the
-    # NO_QUANT half of dynamic_vs_export is then not compared, and the reason is noted.
-    quant_only: str | None = None
-
-
-def whole_module_export(
-    args: Callable[[Sample], tuple] = lambda sample: sample.args, **kwargs: Any
-) -> ExportCapability:
-    """Export the wrapped module itself (no static adapter): there is no adapter factory that
-    could refuse CALIB mode, so that probe is off."""
-    return ExportCapability(adapter=lambda root, sample, built: root, args=args, refuses_calib=False, **kwargs)
-
-
-@dataclass(frozen=True)
-class RotaryTables:
-    """A wrapper's cos/sin next to Hugging Face's for the same positions."""
-
-    label: str
-    wrapper: tuple[torch.Tensor, torch.Tensor]
-    reference: tuple[torch.Tensor, torch.Tensor]
-    valid_tokens: torch.Tensor | None = None
-
-
-@dataclass(frozen=True)
-class RotaryCapability:
-    """``tables(wrapped_noquant, reference_module, built)`` -> list of RotaryTables."""
-
-    tables: Callable[[torch.nn.Module, torch.nn.Module, Built], list[RotaryTables]]
-
-
-@dataclass(frozen=True)
-class MaskProbe:
-    """An additive attention mask the wrapper produced, with the truth to judge it by.
-
-    By default a (query, key) pair is allowed when both tokens are valid (bidirectional
-    attention with padding). ``allowed`` (B, S_q, S_k) bool overrides that, e.g. for causal
-    masks; ``valid_tokens`` then marks the query rows that must see at least one key."""
-
-    label: str
-    mask: torch.Tensor
-    valid_tokens: torch.Tensor
-    fill_value: float
-    allowed: torch.Tensor | None = None
-
-    def allowed_pairs(self) -> torch.Tensor:
-        if self.allowed is not None:
-            return self.allowed.to(torch.bool)
-        valid = self.valid_tokens.to(torch.bool)
-        return valid[:, :, None] & valid[:, None, :]
-
-
-@dataclass(frozen=True)
-class MaskCapability:
-    """``probes(wrapped_noquant, built)`` -> list of MaskProbe."""
-
-    probes: Callable[[torch.nn.Module, Built], list[MaskProbe]]
-
-
-@dataclass(frozen=True)
-class LanguageModelCapability:
-    """The case's output is next-token logits over a vocabulary: ``token_ids(sample)`` gives the
-    (B, S) token ids the logits at each position predict the successor of (the sample's
-    ``valid_tokens`` marks real tokens; padding is neither predicted nor a target)."""
-
-    token_ids: Callable[[Sample], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class RotationHandoffCapability:
-    """The case's float module is what a rotation algorithm (SpinQuant) made of
-    ``original(built)``, the float module before it; wrapq PTQ follows (the rotation_handoff
-    check). ``to_original(output, built)`` maps the case module's output into the original's
-    basis (None: the outputs must agree as they are); ``claimed_sites(path)`` selects the
-    fake-quant sites where the algorithm claims a lower quantization error (None: no claim)."""
-
-    algorithm: str
-    original: Callable[[Built], torch.nn.Module]
-    to_original: Callable[[torch.Tensor, Built], torch.Tensor] | None = None
-    claimed_sites: Callable[[str], bool] | None = None
 
 
 def default_ptq_config(profile: str) -> Any:
@@ -298,14 +166,20 @@ class Case:
         ):
             raise CaseDefinitionError(name, "profiles", "must be a non-empty tuple of profile names")
         if not isinstance(self.golden_profiles, tuple) or not set(self.golden_profiles) <= set(self.profiles):
-            raise CaseDefinitionError(name, "golden_profiles", f"must be a tuple of profiles the case lists {self.profiles}")
+            raise CaseDefinitionError(
+                name, "golden_profiles", f"must be a tuple of profiles the case lists {self.profiles}"
+            )
         if not isinstance(self.seed, int):
             raise CaseDefinitionError(name, "seed", f"must be int, got {type(self.seed).__name__}")
         if not isinstance(self.settings, Mapping) or not all(
             isinstance(k, str) and isinstance(v, Mapping) for k, v in self.settings.items()
         ):
-            raise CaseDefinitionError(name, "settings", "must map check names to {field: value} mappings "
-                                      "(the fields are checked against each check's settings when collected)")
+            raise CaseDefinitionError(
+                name,
+                "settings",
+                "must map check names to {field: value} mappings "
+                "(the fields are checked against each check's settings when collected)",
+            )
         for attr in ("wrap", "prepare", "convert", "reference_call", "unavailable"):
             if getattr(self, attr) is not None and not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable or None")
@@ -313,21 +187,33 @@ class Case:
             if not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable")
         if self.algorithm is not None and not isinstance(self.algorithm, AlgorithmCapability):
-            raise CaseDefinitionError(name, "algorithm", f"must be AlgorithmCapability or None, got "
-                                      f"{type(self.algorithm).__name__}")
-        for attr, kind in (("export", ExportCapability), ("rotary", RotaryCapability), ("mask", MaskCapability),
-                           ("language_model", LanguageModelCapability)):
+            raise CaseDefinitionError(
+                name, "algorithm", f"must be AlgorithmCapability or None, got {type(self.algorithm).__name__}"
+            )
+        for attr, kind in (
+            ("export", ExportCapability),
+            ("rotary", RotaryCapability),
+            ("mask", MaskCapability),
+            ("language_model", LanguageModelCapability),
+        ):
             value = getattr(self, attr)
             if value is not None and not isinstance(value, kind):
                 raise CaseDefinitionError(name, attr, f"must be {kind.__name__} or None, got {type(value).__name__}")
         if self.rotation_handoff is not None and not isinstance(self.rotation_handoff, RotationHandoffCapability):
-            raise CaseDefinitionError(name, "rotation_handoff", f"must be RotationHandoffCapability or None, got "
-                                      f"{type(self.rotation_handoff).__name__}")
+            raise CaseDefinitionError(
+                name,
+                "rotation_handoff",
+                f"must be RotationHandoffCapability or None, got {type(self.rotation_handoff).__name__}",
+            )
         if not isinstance(self.expected_failures, Mapping) or not all(
             isinstance(k, str) and isinstance(v, Expected) for k, v in self.expected_failures.items()
         ):
-            raise CaseDefinitionError(name, "expected_failures", "must map check names to Expected(reason, problems=(regex, "
-                                      "...)): an expectation names the problems it covers, not a whole check")
+            raise CaseDefinitionError(
+                name,
+                "expected_failures",
+                "must map check names to Expected(reason, problems=(regex, "
+                "...)): an expectation names the problems it covers, not a whole check",
+            )
         for attr in ("not_applicable", "qparam_allowlist", "unused_observers"):
             value = getattr(self, attr)
             if not isinstance(value, Mapping) or not all(
@@ -335,26 +221,36 @@ class Case:
             ):
                 raise CaseDefinitionError(name, attr, "must map names to non-empty reasons")
         if not isinstance(self.ungated_samples, Mapping) or "default" in self.ungated_samples:
-            raise CaseDefinitionError(name, "ungated_samples", "must be a mapping and cannot exempt the 'default' sample")
+            raise CaseDefinitionError(
+                name, "ungated_samples", "must be a mapping and cannot exempt the 'default' sample"
+            )
         if not isinstance(self.profile_limits, Mapping) or not all(
             isinstance(k, str) and isinstance(v, ProfileLimits) for k, v in self.profile_limits.items()
         ):
             raise CaseDefinitionError(name, "profile_limits", "must map profile names to ProfileLimits")
         for profile, limits in self.profile_limits.items():
             if profile not in self.profiles:
-                raise CaseDefinitionError(name, f"profile_limits[{profile!r}]", f"names a profile the case does not "
-                                          f"run ({self.profiles})")
+                raise CaseDefinitionError(
+                    name, f"profile_limits[{profile!r}]", f"names a profile the case does not run ({self.profiles})"
+                )
             if not isinstance(limits.settings, Mapping) or not all(
-                    isinstance(k, str) and isinstance(v, Mapping) for k, v in limits.settings.items()):
-                raise CaseDefinitionError(name, f"profile_limits[{profile!r}].settings", "must map check names to "
-                                          "{field: value} mappings")
+                isinstance(k, str) and isinstance(v, Mapping) for k, v in limits.settings.items()
+            ):
+                raise CaseDefinitionError(
+                    name, f"profile_limits[{profile!r}].settings", "must map check names to {field: value} mappings"
+                )
             if limits.expected_failures is not None and not all(
-                    isinstance(k, str) and isinstance(v, Expected) for k, v in limits.expected_failures.items()):
-                raise CaseDefinitionError(name, f"profile_limits[{profile!r}].expected_failures", "must map check "
-                                          "names to Expected(reason, problems=(regex, ...))")
+                isinstance(k, str) and isinstance(v, Expected) for k, v in limits.expected_failures.items()
+            ):
+                raise CaseDefinitionError(
+                    name,
+                    f"profile_limits[{profile!r}].expected_failures",
+                    "must map check names to Expected(reason, problems=(regex, ...))",
+                )
             if not isinstance(limits.source, str) or not limits.source.strip():
-                raise CaseDefinitionError(name, f"profile_limits[{profile!r}].source", "must say where the limits "
-                                          "come from")
+                raise CaseDefinitionError(
+                    name, f"profile_limits[{profile!r}].source", "must say where the limits come from"
+                )
         if self.export is not None and not self.export.samples:
             raise CaseDefinitionError(name, "export.samples", "must name at least one evaluation sample")
 
@@ -365,8 +261,7 @@ class Case:
             return limits.source
         if profile == self.profiles[0]:
             return "the case's settings (measured on this profile; see the case file)"
-        return (f"no limits stated for profile {profile!r}: the case's settings for {self.profiles[0]!r} apply "
-                f"unchanged")
+        return f"no limits stated for profile {profile!r}: the case's settings for {self.profiles[0]!r} apply unchanged"
 
     def expected_failures_for(self, profile: str) -> Mapping[str, Expected]:
         limits = self.profile_limits.get(profile)

@@ -1,7 +1,7 @@
 """Generated cases x checks table (applicable / n/a / expected failure), for docs/catalog.md.
 
-    python -m harness.catalog            # print the markdown table
-    python -m harness.catalog --write    # replace the table between the markers in docs/catalog.md
+python -m harness.catalog            # print the markdown table
+python -m harness.catalog --write    # replace the table between the markers in docs/catalog.md
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import sys
 import tomllib
 from pathlib import Path
 
-from harness.findings import for_this_tico
 from harness.case import Case
 from harness.checks import all_checks
+from harness.findings import for_this_tico
 
 BEGIN, END = "<!-- catalog:begin -->", "<!-- catalog:end -->"
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,13 +62,16 @@ def cell(case: Case, check) -> str:
 
 def table() -> str:
     checks = all_checks()
-    lines = ["| case | profiles | " + " | ".join(c.name for c in checks) + " |",
-             "|---|---|" + "---|" * len(checks)]
+    lines = ["| case | profiles | " + " | ".join(c.name for c in checks) + " |", "|---|---|" + "---|" * len(checks)]
     for _, case in load_cases():
-        lines.append(f"| `{case.name}` | {', '.join(case.profiles)} | " + " | ".join(cell(case, c) for c in checks) + " |")
+        lines.append(
+            f"| `{case.name}` | {', '.join(case.profiles)} | " + " | ".join(cell(case, c) for c in checks) + " |"
+        )
     lines.append("")
-    lines.append("`n/a`: the case lacks the capability; `n/a*`: not applicable for a reason stated in the case; "
-                 "`xfail*`: strict expected failure with a reason stated in the case (a pass fails).")
+    lines.append(
+        "`n/a`: the case lacks the capability; `n/a*`: not applicable for a reason stated in the case; "
+        "`xfail*`: strict expected failure with a reason stated in the case (a pass fails)."
+    )
     return "\n".join(lines)
 
 

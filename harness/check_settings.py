@@ -60,27 +60,41 @@ def validate(case: Case, checks: Iterable[Any]) -> list[CaseDefinitionError]:
     """Every settings override names a check with settings and fields that exist, typed right."""
     by_name = {check.name: check for check in checks}
     sources = [("settings", case.settings)] + [
-        (f"profile_limits[{profile!r}].settings", limits.settings) for profile, limits in case.profile_limits.items()]
+        (f"profile_limits[{profile!r}].settings", limits.settings) for profile, limits in case.profile_limits.items()
+    ]
     errors = []
     for where, mapping in sources:
         for check_name, overrides in mapping.items():
             check = by_name.get(check_name)
             if check is None:
-                errors.append(CaseDefinitionError(case.name, where, f"names no check: {check_name} "
-                                                  f"(checks: {', '.join(sorted(by_name))})"))
+                errors.append(
+                    CaseDefinitionError(
+                        case.name, where, f"names no check: {check_name} (checks: {', '.join(sorted(by_name))})"
+                    )
+                )
                 continue
             if check.settings is None:
                 errors.append(CaseDefinitionError(case.name, f"{where}[{check_name!r}]", "the check has no settings"))
                 continue
             fields = {f.name: f for f in dataclasses.fields(check.settings)}
             if not isinstance(overrides, Mapping):
-                errors.append(CaseDefinitionError(case.name, f"{where}[{check_name!r}]",
-                                                  f"must map field names to values, got {type(overrides).__name__}"))
+                errors.append(
+                    CaseDefinitionError(
+                        case.name,
+                        f"{where}[{check_name!r}]",
+                        f"must map field names to values, got {type(overrides).__name__}",
+                    )
+                )
                 continue
             for key, value in overrides.items():
                 if key not in fields:
-                    errors.append(CaseDefinitionError(case.name, f"{where}[{check_name!r}]", f"{check_name} has no "
-                                                      f"setting {key!r} (settings: {', '.join(fields)})"))
+                    errors.append(
+                        CaseDefinitionError(
+                            case.name,
+                            f"{where}[{check_name!r}]",
+                            f"{check_name} has no setting {key!r} (settings: {', '.join(fields)})",
+                        )
+                    )
                     continue
                 problem = _field_problem(fields[key], value)
                 if problem:

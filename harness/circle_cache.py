@@ -67,8 +67,24 @@ def _describe(value: Any) -> str:
         return f"{type(value).__name__}[{inner}]"
     if isinstance(value, dict):
         return "{" + ",".join(f"{_describe(k)}:{_describe(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
-                          torch.layout, torch.SymInt, torch.SymFloat, torch.SymBool, slice)):
+    if isinstance(
+        value,
+        (
+            int,
+            float,
+            bool,
+            str,
+            type(None),
+            torch.dtype,
+            torch.device,
+            torch.memory_format,
+            torch.layout,
+            torch.SymInt,
+            torch.SymFloat,
+            torch.SymBool,
+            slice,
+        ),
+    ):
         return repr(value)
     if isinstance(value, torch._ops.OpOverload) or callable(value):
         return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', str(value))}"
@@ -126,8 +142,17 @@ def _harness_source_hash() -> str:
     """The harness code that produces what is cached (conversion call and audit walker)."""
     here = Path(__file__).parent
     h = hashlib.sha256()
-    for name in ("circle_cache.py", "entry_store.py", "export.py", "qparam_audit.py", "qparam_consistency.py",
-                 "failure_replay.py"):
+    for name in (
+        "circle_cache.py",
+        "entry_store.py",
+        "export.py",
+        "qparam_audit.py",
+        "circle_conversion.py",
+        "qparam_records.py",
+        "qparam_consistency.py",
+        "qparam_requantized.py",
+        "failure_replay.py",
+    ):
         h.update((here / name).read_bytes())
     return h.hexdigest()
 
@@ -163,8 +188,12 @@ def conversion_code_fingerprint() -> str:
     from harness.code_fingerprint import Unfingerprintable, reachable_fingerprint
 
     try:
-        return reachable_fingerprint([("tico.utils.convert.convert_exported_module_to_circle",
-                                       convert_exported_module_to_circle), ("harness.circle_conversion.convert_with_audit", convert_with_audit)])
+        return reachable_fingerprint(
+            [
+                ("tico.utils.convert.convert_exported_module_to_circle", convert_exported_module_to_circle),
+                ("harness.circle_conversion.convert_with_audit", convert_with_audit),
+            ]
+        )
     except Unfingerprintable as why:
         raise Uncacheable(f"the conversion code cannot be fingerprinted: {why}") from why
 
@@ -191,14 +220,18 @@ class CircleCache:
         return self._store.lookup(self._entry_key(key), _decode_entry, "reconverted")
 
     def put(self, key: str, entry: CacheEntry) -> None:
-        self._store.write(self._entry_key(key), entry.binary, {"audit": dataclasses.asdict(entry.audit),
-                                                               "environment": environment_fingerprint()})
+        self._store.write(
+            self._entry_key(key),
+            entry.binary,
+            {"audit": dataclasses.asdict(entry.audit), "environment": environment_fingerprint()},
+        )
 
     def put_failure(self, key: str, failure: RecordedFailure) -> None:
         """Store a conversion's reproducible failure (harness/failure_replay.py) under the key a
         success would have had."""
-        self._store.write(self._entry_key(key), b"", {"failure": failure.manifest(),
-                                                      "environment": environment_fingerprint()})
+        self._store.write(
+            self._entry_key(key), b"", {"failure": failure.manifest(), "environment": environment_fingerprint()}
+        )
 
 
 def _decode_entry(binary: bytes, meta: dict[str, Any]) -> CacheEntry | RecordedFailure:

@@ -16,8 +16,9 @@ import torch
 
 from harness import compat
 from harness.qparam_audit import AuditResult, audit_exported_program
-from harness.qparam_consistency import (attribute_observers, observer_fake_quants, overwritten_qparams, recording_biases,
-                                        recording_folds, requantized_unapplied)
+from harness.qparam_consistency import overwritten_qparams
+from harness.qparam_records import attribute_observers, observer_fake_quants, recording_biases, recording_folds
+from harness.qparam_requantized import requantized_unapplied
 
 
 @contextmanager
@@ -144,8 +145,14 @@ def convert_with_audit(program: Any, defer_codegen: bool = True) -> tuple[bytes,
 
     observers = observer_fake_quants(program)
     deferral = _deferred_fx_codegen() if defer_codegen else contextlib.nullcontext()
-    with _capture_quantized_program() as captured, recording_folds() as applied, recording_biases() as biases, \
-            deferral, torch.no_grad(), _naming_unsupported_operators():
+    with (
+        _capture_quantized_program() as captured,
+        recording_folds() as applied,
+        recording_biases() as biases,
+        deferral,
+        torch.no_grad(),
+        _naming_unsupported_operators(),
+    ):
         binary = convert_exported_module_to_circle(copy.deepcopy(program))
     if "program" not in captured:
         return binary, AuditResult()

@@ -46,11 +46,19 @@ def code_digest(code: types.CodeType) -> str:
     cached = _CODE_DIGESTS.get(id(code))
     if cached is not None and cached[0] is code:
         return cached[1]
-    parts = [code.co_filename, code.co_qualname, str(code.co_firstlineno), code.co_code.hex(),
-             code.co_linetable.hex(), ",".join(code.co_names), ",".join(code.co_varnames),
-             ",".join(code.co_freevars), ",".join(code.co_cellvars),
-             f"{code.co_argcount}/{code.co_posonlyargcount}/{code.co_kwonlyargcount}/{code.co_flags}",
-             ";".join(const_text(c) for c in code.co_consts)]
+    parts = [
+        code.co_filename,
+        code.co_qualname,
+        str(code.co_firstlineno),
+        code.co_code.hex(),
+        code.co_linetable.hex(),
+        ",".join(code.co_names),
+        ",".join(code.co_varnames),
+        ",".join(code.co_freevars),
+        ",".join(code.co_cellvars),
+        f"{code.co_argcount}/{code.co_posonlyargcount}/{code.co_kwonlyargcount}/{code.co_flags}",
+        ";".join(const_text(c) for c in code.co_consts),
+    ]
     digest = hashlib.sha256("\x00".join(parts).encode()).hexdigest()
     _CODE_DIGESTS[id(code)] = (code, digest)  # holding the code keeps its id unique
     return digest
@@ -81,8 +89,11 @@ def _key_text(key: Any) -> str:
     if isinstance(key, enum.Enum):
         return f"enum:{_qualified(type(key))}.{key.name}"
     if callable(key) or isinstance(key, type):
-        return f"{type(key).__name__}:{_qualified(key)}:{key}" if not isinstance(key, types.FunctionType) \
+        return (
+            f"{type(key).__name__}:{_qualified(key)}:{key}"
+            if not isinstance(key, types.FunctionType)
             else f"fn:{_qualified(key)}"
+        )
     return f"{type(key).__name__}:{key}" if type(key).__repr__ is not object.__repr__ else type(key).__name__
 
 
@@ -162,12 +173,17 @@ class _Walk:
             self.lines.append(f"{where}=dict")
             # None values are skipped: memo tables record "no entry" as None while a process
             # runs (a lookup with a default reads both the same way).
-            labelled = sorted(((_key_text(key), key) for key, value in obj.items() if value is not None),
-                              key=lambda pair: pair[0])
+            labelled = sorted(
+                ((_key_text(key), key) for key, value in obj.items() if value is not None), key=lambda pair: pair[0]
+            )
             for text, key in labelled:
                 self.visit(obj[key], f"{where}[{text}]")
-        elif isinstance(obj, (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType)) \
-                or callable(obj) and not _is_project(obj) and not _is_project(type(obj)):
+        elif (
+            isinstance(obj, (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType))
+            or callable(obj)
+            and not _is_project(obj)
+            and not _is_project(type(obj))
+        ):
             # C code or another library's callable: named, not walked.
             self.lines.append(f"{where}=external:{_qualified(obj)}")
         elif _is_project(type(obj)):
@@ -206,8 +222,17 @@ class _Walk:
         for base in cls.__bases__:
             self.visit(base, f"{where}.__base__")
         for name in sorted(vars(cls)):
-            if name in ("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__", "__annotations__",
-                        "__slotnames__", "__abstractmethods__", "_abc_impl"):  # runtime caches, not code
+            if name in (
+                "__dict__",
+                "__weakref__",
+                "__doc__",
+                "__module__",
+                "__qualname__",
+                "__annotations__",
+                "__slotnames__",
+                "__abstractmethods__",
+                "_abc_impl",
+            ):  # runtime caches, not code
                 continue
             self.visit(vars(cls)[name], f"{_qualified(cls)}.{name}")
 

@@ -38,8 +38,10 @@ def _lookup(distribution: str, module: str, attribute: str) -> Any:
             value = getattr(value, part)
         return value
     except (ImportError, AttributeError) as exc:
-        raise CompatError(f"{module}.{attribute} is not available in {distribution} {_series(distribution)} "
-                          f"(the harness was tested with {TESTED[distribution]}): {exc}") from None
+        raise CompatError(
+            f"{module}.{attribute} is not available in {distribution} {_series(distribution)} "
+            f"(the harness was tested with {TESTED[distribution]}): {exc}"
+        ) from None
 
 
 # -- torch ------------------------------------------------------------------------------
@@ -77,8 +79,10 @@ def lazy_graph_module() -> tuple[Any, Any] | None:
     """(_LazyGraphModule, _use_lazy_graph_module), or None where torch lacks them (conversion
     then regenerates code after every pass, as tico does: slower, same result)."""
     try:
-        return (_lookup("torch", "torch.fx._lazy_graph_module", "_LazyGraphModule"),
-                _lookup("torch", "torch.fx._lazy_graph_module", "_use_lazy_graph_module"))
+        return (
+            _lookup("torch", "torch.fx._lazy_graph_module", "_LazyGraphModule"),
+            _lookup("torch", "torch.fx._lazy_graph_module", "_use_lazy_graph_module"),
+        )
     except CompatError:
         return None
 
@@ -86,8 +90,9 @@ def lazy_graph_module() -> tuple[Any, Any] | None:
 def replace_program_graph_module(program: Any, graph_module: Any) -> None:
     """ExportedProgram keeps its graph module in ``_graph_module`` (its property has no setter)."""
     if not hasattr(program, "_graph_module"):
-        raise CompatError(f"ExportedProgram has no _graph_module in torch {_series('torch')} "
-                          f"(tested with {TESTED['torch']})")
+        raise CompatError(
+            f"ExportedProgram has no _graph_module in torch {_series('torch')} (tested with {TESTED['torch']})"
+        )
     program._graph_module = graph_module
 
 
@@ -120,8 +125,10 @@ def loadscope_scheduling() -> type:
     source = inspect.getsource(cls.__init__) if hasattr(cls, "__init__") else ""
     missing += [name for name in XDIST_SCHEDULER_STATE if f"self.{name}" not in source]
     if missing:
-        raise CompatError(f"xdist.scheduler.LoadScopeScheduling lacks {', '.join(missing)} in pytest-xdist "
-                          f"{_series('pytest-xdist')} (tested with {TESTED['pytest-xdist']})")
+        raise CompatError(
+            f"xdist.scheduler.LoadScopeScheduling lacks {', '.join(missing)} in pytest-xdist "
+            f"{_series('pytest-xdist')} (tested with {TESTED['pytest-xdist']})"
+        )
     return cls
 
 
@@ -139,15 +146,20 @@ def problems() -> list[str]:
         if not hasattr(_pytree(), name):
             found.append(f"torch.utils._pytree.{name} is missing in torch {_series('torch')}")
     if lazy_graph_module() is None:
-        found.append(f"torch.fx._lazy_graph_module is missing in torch {_series('torch')}: Circle conversion "
-                     f"regenerates code after every pass (slower, same result)")
+        found.append(
+            f"torch.fx._lazy_graph_module is missing in torch {_series('torch')}: Circle conversion "
+            f"regenerates code after every pass (slower, same result)"
+        )
     if not _skip_takes_item_location():
-        found.append(f"pytest {_series('pytest')} skip() takes no _use_item_location: skips are reported at "
-                     f"the plugin's line")
+        found.append(
+            f"pytest {_series('pytest')} skip() takes no _use_item_location: skips are reported at the plugin's line"
+        )
     for distribution, series in TESTED.items():
         if _series(distribution) not in (series, "not installed"):
-            found.append(f"{distribution} {_series(distribution)} is not the tested series {series}: the private "
-                         f"APIs above were checked present, their behaviour was not")
+            found.append(
+                f"{distribution} {_series(distribution)} is not the tested series {series}: the private "
+                f"APIs above were checked present, their behaviour was not"
+            )
     return found
 
 

@@ -85,8 +85,12 @@ def weight_range_per_tensor(root, output_of) -> str | None:
     changed = []
     with torch.no_grad():
         for path, obs in root.named_modules():
-            if (not isinstance(obs, ObserverBase) or path.rsplit(".", 1)[-1] != "obs_weight"
-                    or getattr(obs, "channel_axis", None) is None or getattr(obs, "min_val", None) is None):
+            if (
+                not isinstance(obs, ObserverBase)
+                or path.rsplit(".", 1)[-1] != "obs_weight"
+                or getattr(obs, "channel_axis", None) is None
+                or getattr(obs, "min_val", None) is None
+            ):
                 continue
             if obs.min_val.numel() < 2 or not torch.isfinite(obs.min_val).all():
                 continue
@@ -169,4 +173,6 @@ REAL_WEIGHT_DEFECTS: dict[str, Callable] = {
 def apply(name: str, pipeline) -> str | None:
     """Seed defect ``name`` into ``pipeline``'s quantized tree before any output is computed."""
     sample = pipeline.sample("default")
-    return {**DEFECTS, **REAL_WEIGHT_DEFECTS}[name](pipeline.quantized, lambda root: pipeline.case.output(sample.call(root)))
+    return {**DEFECTS, **REAL_WEIGHT_DEFECTS}[name](
+        pipeline.quantized, lambda root: pipeline.case.output(sample.call(root))
+    )

@@ -69,8 +69,9 @@ def _gap(outputs: list[torch.Tensor], circle: list[torch.Tensor], scales: list[t
     return worst_max, worst_mean
 
 
-def deployed_attribution(pipeline: Any, mode: str = "fake_quantize",
-                         closed_steps: float = CLOSED_STEPS) -> DeployedAttribution:
+def deployed_attribution(
+    pipeline: Any, mode: str = "fake_quantize", closed_steps: float = CLOSED_STEPS
+) -> DeployedAttribution:
     """Rank ``pipeline``'s fake-quant sites by the Circle-vs-torch gap left with each one off."""
     from tico.quantization.wrapq.observers.base import ObserverBase
 
@@ -96,8 +97,12 @@ def deployed_attribution(pipeline: Any, mode: str = "fake_quantize",
             obs.set_fake_quant_enabled(True)
         sites.append(DeployedSite(path=path, max_steps_off=off_max, mean_steps_off=off_mean))
     sites.sort(key=lambda s: (s.max_steps_off, s.mean_steps_off, s.path))
-    closing = ([s.path for s in sites if s.max_steps_off <= closed_steps]
-               if base_max > closed_steps and math.isfinite(base_max) else [])
+    closing = (
+        [s.path for s in sites if s.max_steps_off <= closed_steps]
+        if base_max > closed_steps and math.isfinite(base_max)
+        else []
+    )
     unscaled = [i for i in range(len(circle)) if _step(scales, i) is None]
-    return DeployedAttribution(mode=mode, max_steps=base_max, mean_steps=base_mean, sites=sites, closing=closing,
-                               unscaled_outputs=unscaled)
+    return DeployedAttribution(
+        mode=mode, max_steps=base_max, mean_steps=base_mean, sites=sites, closing=closing, unscaled_outputs=unscaled
+    )

@@ -104,8 +104,14 @@ def explained_by(record: dict[str, Any]) -> str:
 
 
 def render_drift_table(records: dict[str, dict[str, Any]], moves: list[dict[str, Any]]) -> str:
-    rows = [[r["nodeid"], r["drift"]["kind"], r["drift"].get("explained_by", ""), r["drift"]["error"][:80]]
-            for r in sorted(records.values(), key=lambda r: r["nodeid"]) if r.get("drift")]
+    rows = [
+        [r["nodeid"], r["drift"]["kind"], r["drift"].get("explained_by", ""), r["drift"]["error"][:80]]
+        for r in sorted(records.values(), key=lambda r: r["nodeid"])
+        if r.get("drift")
+    ]
     head = f"drift against the pinned stack: {describe_moves(moves)}; {len(rows)} item(s) drifted"
-    return head if not rows else head + "\n" + tabulate(rows, headers=["item", "kind", "explained by", "error"],
-                                                         tablefmt="simple")
+    return (
+        head
+        if not rows
+        else head + "\n" + tabulate(rows, headers=["item", "kind", "explained by", "error"], tablefmt="simple")
+    )

@@ -16,9 +16,9 @@ from harness.results import atomic_write_bytes, atomic_write_text
 Decoded = TypeVar("Decoded")
 
 
-
 class Uncacheable(Exception):
     """What is to be cached holds something its key cannot describe exactly: the cache is not used."""
+
 
 class EntryStore:
     """<root>/<key[:2]>/<key><suffix> (payload) + <key>.json (manifest)."""
@@ -44,8 +44,9 @@ class EntryStore:
             raise ValueError("payload does not match its recorded sha256")
         return payload, manifest
 
-    def lookup(self, key: str, decode: Callable[[bytes, dict[str, Any]], Decoded],
-               on_damage: str) -> tuple[Decoded | None, list[str]]:
+    def lookup(
+        self, key: str, decode: Callable[[bytes, dict[str, Any]], Decoded], on_damage: str
+    ) -> tuple[Decoded | None, list[str]]:
         """The decoded entry (None on a miss) and notes. A damaged entry -- one ``read`` rejects
         or ``decode`` cannot decode -- is a noted miss, never a wrong answer; ``on_damage``
         says what the caller does instead."""

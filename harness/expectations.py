@@ -56,8 +56,14 @@ class Expected:
 
     __slots__ = ("parts",)
 
-    def __init__(self, reason: str | None = None, problems: tuple[str, ...] = (), *, finding: str | None = None,
-                 parts: tuple[Part, ...] | None = None):
+    def __init__(
+        self,
+        reason: str | None = None,
+        problems: tuple[str, ...] = (),
+        *,
+        finding: str | None = None,
+        parts: tuple[Part, ...] | None = None,
+    ):
         if parts is None:
             if not isinstance(reason, str) or not reason.strip():
                 raise ValueError("Expected.reason must be a non-empty diagnosis")
@@ -99,8 +105,10 @@ class Expected:
 def _validate(part: Part) -> None:
     if not isinstance(part.reason, str) or not part.reason.strip():
         raise ValueError("Expected.reason must be a non-empty diagnosis")
-    if not isinstance(part.problems, tuple) or not part.problems or not all(
-        isinstance(p, str) and p for p in part.problems
+    if (
+        not isinstance(part.problems, tuple)
+        or not part.problems
+        or not all(isinstance(p, str) and p for p in part.problems)
     ):
         raise ValueError("Expected.problems must be a non-empty tuple of regular expressions")
     for pattern in part.problems:
@@ -133,13 +141,13 @@ def _part_status(part: Part, lines: list[str]) -> tuple[str, list[str]]:
     return ("fixed" if len(unmet) == len(part.problems) else "changed"), unmet
 
 
-def judge(expectation: Expected, problems: list[str], *, strict: bool = True,
-          looks_like=lambda line: ()) -> Judgement:
+def judge(expectation: Expected, problems: list[str], *, strict: bool = True, looks_like=lambda line: ()) -> Judgement:
     """``strict``: the run is on the tico the expectation was recorded for. ``looks_like(line)``
     names the known findings an unmatched line resembles (shown beside it)."""
     lines = [matchable(p) for p in problems]
-    unmatched = tuple(p for p, line in zip(problems, lines)
-                      if not any(re.search(pattern, line) for pattern in expectation.problems))
+    unmatched = tuple(
+        p for p, line in zip(problems, lines) if not any(re.search(pattern, line) for pattern in expectation.problems)
+    )
     statuses = {}
     unmet_all: list[str] = []
     for part in expectation.parts:
@@ -155,17 +163,30 @@ def judge(expectation: Expected, problems: list[str], *, strict: bool = True,
     gone = [label for label, status in statuses.items() if status != "occurs"]
     if gone and strict:
         if not problems:
-            return Judgement("failed", f"{NOW_PASSES}: the check passed; remove or update the "
-                                       f"expectation ({expectation.reason})", statuses)
-        return Judgement("failed", f"{CHANGED}: " + " | ".join(unmet_all)
-                         + "; the check now reports: " + " | ".join(problems) + f" ({expectation.reason})", statuses)
+            return Judgement(
+                "failed",
+                f"{NOW_PASSES}: the check passed; remove or update the expectation ({expectation.reason})",
+                statuses,
+            )
+        return Judgement(
+            "failed",
+            f"{CHANGED}: "
+            + " | ".join(unmet_all)
+            + "; the check now reports: "
+            + " | ".join(problems)
+            + f" ({expectation.reason})",
+            statuses,
+        )
     fixed_note = ""
     if gone:
         fixed_note = " -- no longer occurs on this tico: " + ", ".join(
-            f"{label} ({'partly' if statuses[label] == 'changed' else 'whole'})" for label in gone)
+            f"{label} ({'partly' if statuses[label] == 'changed' else 'whole'})" for label in gone
+        )
     if all(status == "fixed" for status in statuses.values()):
         # No pattern matches, and (no line being unmatched) no problem is left: the check passes.
-        return Judgement("fixed", f"fixed on this tico: {', '.join(gone)}; remove it from the case's "
-                                  f"expected_failures", statuses)
-    return Judgement("expected", f"{expectation.reason} -- measured now: " + " | ".join(problems) + fixed_note,
-                     statuses)
+        return Judgement(
+            "fixed", f"fixed on this tico: {', '.join(gone)}; remove it from the case's expected_failures", statuses
+        )
+    return Judgement(
+        "expected", f"{expectation.reason} -- measured now: " + " | ".join(problems) + fixed_note, statuses
+    )

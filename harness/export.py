@@ -37,8 +37,13 @@ def export_program(adapter: torch.nn.Module, args: tuple) -> Any:
         return torch.export.export(adapter, args, strict=True)
 
 
-def convert_to_circle(program: Any, cache: CircleCache | None = None, key: str | None = None,
-                      reused_key: str | None = None, stage: str = "circle_convert") -> CircleArtifact:
+def convert_to_circle(
+    program: Any,
+    cache: CircleCache | None = None,
+    key: str | None = None,
+    reused_key: str | None = None,
+    stage: str = "circle_convert",
+) -> CircleArtifact:
     """tico's conversion, through the content-addressed cache when one is given.
 
     ``program`` is the ExportedProgram or a callable that traces it. ``key`` is that program's

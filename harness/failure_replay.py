@@ -42,8 +42,12 @@ class RecordedFailure:
     def from_manifest(cls, data: dict[str, Any]) -> "RecordedFailure":
         if data.get("schema") != FAILURE_SCHEMA:
             raise ValueError(f"stage failure of schema {data.get('schema')!r}, expected {FAILURE_SCHEMA!r}")
-        return cls(stage=str(data["stage"]), error_type=str(data["error_type"]), message=str(data["message"]),
-                   traceback=str(data["traceback"]))
+        return cls(
+            stage=str(data["stage"]),
+            error_type=str(data["error_type"]),
+            message=str(data["message"]),
+            traceback=str(data["traceback"]),
+        )
 
 
 def reproducible(error: BaseException) -> bool:
@@ -78,8 +82,9 @@ def record_stage_error(err: Any) -> RecordedFailure | None:
     cause = err.__cause__
     if cause is None or not reproducible(cause):
         return None
-    return RecordedFailure(stage=err.stage, error_type=err.error_type, message=err.error_text,
-                           traceback=err.traceback_text)
+    return RecordedFailure(
+        stage=err.stage, error_type=err.error_type, message=err.error_text, traceback=err.traceback_text
+    )
 
 
 def keep(store: Any, key: str | None, failure: RecordedFailure | None) -> None:

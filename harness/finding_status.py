@@ -1,5 +1,6 @@
 """What a run says about tico's findings: each one open, fixed or new, where it was seen, the
-failures that a tico API change explains (the case must follow it), and the problems nothing explains. Read from the item records (``findings``, ``looks_like``), so the
+failures that a tico API change explains (the case must follow it), and the problems nothing explains. Read
+from the item records (``findings``, ``looks_like``), so the
 same function serves the terminal, results.json, the report, ``python -m harness findings`` and
 ``compare`` between two runs."""
 
@@ -43,8 +44,15 @@ def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dic
                 title = registry().get(fid).title
             except FindingsError:
                 title = "(not in findings/tico.toml)"
-            seen[fid] = {"id": fid, "title": title, "occurs": [], "partly_fixed": [], "fixed": [], "undeclared": [],
-                         "reproduce": None}
+            seen[fid] = {
+                "id": fid,
+                "title": title,
+                "occurs": [],
+                "partly_fixed": [],
+                "fixed": [],
+                "undeclared": [],
+                "reproduce": None,
+            }
         return seen[fid]
 
     for record in records:
@@ -67,17 +75,34 @@ def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dic
             if change:
                 if change not in api_changes:
                     api = registry().api_changes[change]
-                    api_changes[change] = {"id": change, "title": api.title, "since": api.since, "follow": api.follow,
-                                           "items": [], "reproduce": reproduce_command(record["nodeid"], tico)
-                                           if record.get("nodeid") else None}
+                    api_changes[change] = {
+                        "id": change,
+                        "title": api.title,
+                        "since": api.since,
+                        "follow": api.follow,
+                        "items": [],
+                        "reproduce": reproduce_command(record["nodeid"], tico) if record.get("nodeid") else None,
+                    }
                 api_changes[change]["items"].append(_where(record))
             elif not similar:
                 problems = record.get("problems") or []
                 stage = record.get("stage_error") or {}
-                first = problems[0] if problems else (f"stage '{stage.get('stage')}' failed: {stage.get('type')}"
-                                                      if stage else (record.get("message") or "").splitlines()[:1])
-                new_problems.append({"where": _where(record), "nodeid": record.get("nodeid"),
-                                     "problem": first if isinstance(first, str) else " ".join(first)})
+                first = (
+                    problems[0]
+                    if problems
+                    else (
+                        f"stage '{stage.get('stage')}' failed: {stage.get('type')}"
+                        if stage
+                        else (record.get("message") or "").splitlines()[:1]
+                    )
+                )
+                new_problems.append(
+                    {
+                        "where": _where(record),
+                        "nodeid": record.get("nodeid"),
+                        "problem": first if isinstance(first, str) else " ".join(first),
+                    }
+                )
     findings = []
     for item in seen.values():
         if item["occurs"] or item["partly_fixed"]:
@@ -89,8 +114,11 @@ def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dic
         findings.append(item)
     order = {NEW: 0, OPEN: 1, FIXED: 2}
     findings.sort(key=lambda f: (order[f["status"]], f["id"]))
-    return {"findings": findings, "api_changes": sorted(api_changes.values(), key=lambda a: a["id"]),
-            "new_problems": new_problems}
+    return {
+        "findings": findings,
+        "api_changes": sorted(api_changes.values(), key=lambda a: a["id"]),
+        "new_problems": new_problems,
+    }
 
 
 def render_lines(summary: dict[str, Any], width: int = 118) -> list[str]:

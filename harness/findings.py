@@ -87,8 +87,10 @@ class Registry:
         try:
             return self.findings[finding_id]
         except KeyError:
-            raise FindingsError(f"unknown finding {finding_id!r} (findings/tico.toml has "
-                                f"{len(self.findings)}: python -m harness findings)") from None
+            raise FindingsError(
+                f"unknown finding {finding_id!r} (findings/tico.toml has "
+                f"{len(self.findings)}: python -m harness findings)"
+            ) from None
 
 
 def pattern_flaw(pattern: str) -> str | None:
@@ -121,10 +123,15 @@ def parse(data: Mapping[str, Any], where: str = "findings") -> Registry:
         since = raw.get("since")
         if since is not None and (not isinstance(since, str) or not since.strip()):
             raise FindingsError(f"{at}: since must name the tico version the finding was diagnosed on")
-        findings[fid] = Finding(fid, raw["title"].strip(), " ".join(raw["cause"].split()),
-                                tuple(raw.get("symbols") or ()), checked, since)
-    return Registry(recorded["version"], recorded["source_sha256"], findings,
-                    _parse_api_changes(data.get("api_change") or [], where, set(findings)))
+        findings[fid] = Finding(
+            fid, raw["title"].strip(), " ".join(raw["cause"].split()), tuple(raw.get("symbols") or ()), checked, since
+        )
+    return Registry(
+        recorded["version"],
+        recorded["source_sha256"],
+        findings,
+        _parse_api_changes(data.get("api_change") or [], where, set(findings)),
+    )
 
 
 def _checked_patterns(at: str, items: Any, what: str) -> tuple[str, ...]:
@@ -133,8 +140,10 @@ def _checked_patterns(at: str, items: Any, what: str) -> tuple[str, ...]:
     for pattern in items:
         flaw = pattern_flaw(pattern)
         if flaw:
-            raise FindingsError(f"{at}: pattern {pattern!r} names {flaw}; match observer and module "
-                                f"paths, op kinds, class and function names instead")
+            raise FindingsError(
+                f"{at}: pattern {pattern!r} names {flaw}; match observer and module "
+                f"paths, op kinds, class and function names instead"
+            )
         try:
             re.compile(pattern.replace(PROBE, "x"))
         except re.error as exc:
@@ -160,8 +169,15 @@ def _parse_api_changes(raws: list, where: str, finding_ids: set[str]) -> dict[st
         where = raw.get("where") or []
         if not isinstance(where, list) or not all(isinstance(w, str) and w for w in where):
             raise FindingsError(f"{at}: where must be a list of 'case[profile]::check' globs")
-        changes[cid] = ApiChange(cid, raw["title"].strip(), raw["since"].strip(), " ".join(raw["follow"].split()),
-                                 tuple(raw.get("symbols") or ()), patterns, tuple(where))
+        changes[cid] = ApiChange(
+            cid,
+            raw["title"].strip(),
+            raw["since"].strip(),
+            " ".join(raw["follow"].split()),
+            tuple(raw.get("symbols") or ()),
+            patterns,
+            tuple(where),
+        )
     return changes
 
 
@@ -184,8 +200,11 @@ def for_this_tico(expectation: Expected) -> Expected | None:
     if not recorded_here():
         return expectation
     reg = registry()
-    parts = tuple(part for part in expectation.parts
-                  if part.finding is None or part.finding not in reg.findings or not reg.findings[part.finding].since)
+    parts = tuple(
+        part
+        for part in expectation.parts
+        if part.finding is None or part.finding not in reg.findings or not reg.findings[part.finding].since
+    )
     return Expected(parts=parts) if parts else None
 
 
@@ -236,16 +255,21 @@ def definition_errors(check: str, expectation: Expected) -> list[str]:
         if fid not in reg.findings:
             errors.append(f"names unknown finding {fid!r}")
         elif not reg.findings[fid].patterns_for(check):
-            errors.append(f"names finding {fid} under {check}, where it has no patterns "
-                          f"(it has {', '.join(reg.findings[fid].checks)})")
+            errors.append(
+                f"names finding {fid} under {check}, where it has no patterns "
+                f"(it has {', '.join(reg.findings[fid].checks)})"
+            )
     return errors
 
 
 @functools.lru_cache(maxsize=None)
 def _generic(check: str) -> tuple[tuple[str, tuple[re.Pattern, ...]], ...]:
     """Each finding's patterns for ``check`` with ``<probe>`` matching any probe name."""
-    return tuple((f.id, tuple(re.compile(p.replace(PROBE, r"[^\]]+")) for p in f.patterns_for(check)))
-                 for f in registry().findings.values() if f.patterns_for(check))
+    return tuple(
+        (f.id, tuple(re.compile(p.replace(PROBE, r"[^\]]+")) for p in f.patterns_for(check)))
+        for f in registry().findings.values()
+        if f.patterns_for(check)
+    )
 
 
 def looks_like(check: str, line: str) -> tuple[str, ...]:

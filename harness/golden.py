@@ -45,6 +45,7 @@ from harness.portable import GoldenTolerance
 from harness.results import package_versions
 from harness.stage_engine import StageError
 from harness.tico_identity import identity
+
 # A declared float input counts as changed when its sketch moved more than this fraction of
 # its sum |x|. Rounding noise across kernel selections moves it by ~1e-7 (scripts/golden_noise.py);
 # a changed seed, init or input generator moves it by order 1.
@@ -58,8 +59,10 @@ def output_observer_scales(pipeline: Pipeline) -> dict[str, float]:
     """Per evaluation sample, the scale of the per-tensor observer whose fake-quant produced the
     QUANT output (harness/observer_trace.py). Samples no such observer produced are absent."""
     case = pipeline.case
-    outputs = {name: (lambda root, _s=sample: case.output(_s.call(root)))
-               for name, sample in pipeline.built.inputs.evaluation.items()}
+    outputs = {
+        name: (lambda root, _s=sample: case.output(_s.call(root)))
+        for name, sample in pipeline.built.inputs.evaluation.items()
+    }
     scales: dict[str, float] = {}
     for name, (_, observer) in producing_observers(pipeline.quantized, outputs).items():
         scale = getattr(observer, "_cached_scale", None)
@@ -174,8 +177,11 @@ def _sketch(t: torch.Tensor) -> list[float]:
 
 def input_sketch(pipeline: Pipeline) -> dict[str, list[float]]:
     """Per float weight and input tensor, its sketch (see ``_sketch``)."""
-    return {label: _sketch(v) for label, v in _declared_tensors(pipeline)
-            if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    return {
+        label: _sketch(v)
+        for label, v in _declared_tensors(pipeline)
+        if isinstance(v, torch.Tensor) and v.is_floating_point()
+    }
 
 
 def sketch_moves(stored: dict[str, list[float]], current: dict[str, list[float]]) -> dict[str, float]:
@@ -189,8 +195,11 @@ def sketch_moves(stored: dict[str, list[float]], current: dict[str, list[float]]
 
 def sketch_changes(stored: dict[str, list[float]], current: dict[str, list[float]]) -> list[str]:
     """Inputs whose content moved more than rounding noise can move it (``SKETCH_REL``)."""
-    return [f"{label} (moved {move:.2g} of its sum |x|)"
-            for label, move in sketch_moves(stored, current).items() if move > SKETCH_REL]
+    return [
+        f"{label} (moved {move:.2g} of its sum |x|)"
+        for label, move in sketch_moves(stored, current).items()
+        if move > SKETCH_REL
+    ]
 
 
 # -- writing ---------------------------------------------------------------------------
@@ -212,8 +221,15 @@ class Rewrite:
     detail: str
 
 
-def classify_rewrite(golden_dir: Path, case: str, profile: str, nodeid: str, current: dict[str, torch.Tensor],
-                     current_hash: str, tolerance: GoldenTolerance) -> Rewrite:
+def classify_rewrite(
+    golden_dir: Path,
+    case: str,
+    profile: str,
+    nodeid: str,
+    current: dict[str, torch.Tensor],
+    current_hash: str,
+    tolerance: GoldenTolerance,
+) -> Rewrite:
     try:
         manifest, stored = load(golden_dir, case, profile, nodeid)
     except GoldenError as exc:
@@ -238,8 +254,9 @@ def tico_record() -> dict[str, Any]:
     return {k: record[k] for k in ("version", "install", "source_sha256", "git_commit", "git_dirty") if k in record}
 
 
-def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | None = None,
-          run_id: str | None = None) -> dict[str, Any]:
+def write(
+    pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | None = None, run_id: str | None = None
+) -> dict[str, Any]:
     tensors, steps = collected or collect(pipeline)
     manifest = {
         "schema": MANIFEST_SCHEMA,
@@ -253,8 +270,12 @@ def write(pipeline: Pipeline, golden_dir: Path, collected: tuple[dict, dict] | N
         "platform": platform_record(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "tensors": {
-            key: {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "sha256": tensor_sha256(t),
-                  "step": steps.get(key)}
+            key: {
+                "dtype": str(t.dtype).removeprefix("torch."),
+                "shape": list(t.shape),
+                "sha256": tensor_sha256(t),
+                "step": steps.get(key),
+            }
             for key, t in sorted(tensors.items())
         },
     }
@@ -287,8 +308,13 @@ _EXPLAIN = {
 }
 
 
-def compare(stored: dict[str, torch.Tensor], current: dict[str, torch.Tensor], manifest: dict[str, Any],
-            tolerance: GoldenTolerance, measured: dict[str, dict[str, float]]) -> tuple[dict[str, Any], list[str]]:
+def compare(
+    stored: dict[str, torch.Tensor],
+    current: dict[str, torch.Tensor],
+    manifest: dict[str, Any],
+    tolerance: GoldenTolerance,
+    measured: dict[str, dict[str, float]],
+) -> tuple[dict[str, Any], list[str]]:
     """Portable comparison of every stored tensor (harness/portable.py): evidence per tensor
     that moved at all, and one problem line per tensor over its limit."""
     steps = {k: v.get("step") for k, v in manifest["tensors"].items()}
@@ -302,8 +328,10 @@ def compare(stored: dict[str, torch.Tensor], current: dict[str, torch.Tensor], m
             continue
         by = r["by"]
         if by == "shape/dtype":
-            problems.append(f"{key}: now {current[key].dtype} {list(current[key].shape)}, "
-                            f"golden {stored[key].dtype} {list(stored[key].shape)}")
+            problems.append(
+                f"{key}: now {current[key].dtype} {list(current[key].shape)}, "
+                f"golden {stored[key].dtype} {list(stored[key].shape)}"
+            )
             continue
         line = f"{key}: {by} {r[by]:.3g} > limit {r['limit']:.3g} ({_EXPLAIN.get(by, by)})"
         if "max_abs_diff" in r:
@@ -327,5 +355,3 @@ def version_changes(manifest: dict[str, Any]) -> list[str]:
     if sources and sources != tico_record().get("source_sha256"):
         moved.append(f"tico sources {sources[:12]} -> {str(tico_record().get('source_sha256'))[:12]}")
     return moved
-
-

@@ -55,8 +55,9 @@ def staging_dir(golden_dir: Path, run_id: str) -> Path:
     return golden_dir / STAGING / run_id
 
 
-def write_files(golden_dir: Path, case: str, profile: str, tensors: dict[str, torch.Tensor],
-                manifest: dict[str, Any]) -> None:
+def write_files(
+    golden_dir: Path, case: str, profile: str, tensors: dict[str, torch.Tensor], manifest: dict[str, Any]
+) -> None:
     from safetensors.torch import save
 
     tensor_path, manifest_path = paths(golden_dir, case, profile)
@@ -91,20 +92,28 @@ def _load(golden_dir: Path, case: str, profile: str, nodeid: str) -> tuple[dict[
     try:
         tensors = load_file(str(tensor_path))
     except Exception as exc:  # noqa: BLE001 - safetensors raises several types for bad files
-        raise GoldenError(f"golden tensors {tensor_path.name} are unreadable ({type(exc).__name__}: {exc}); "
-                          f"regenerate with: {update_command(nodeid)}") from exc
+        raise GoldenError(
+            f"golden tensors {tensor_path.name} are unreadable ({type(exc).__name__}: {exc}); "
+            f"regenerate with: {update_command(nodeid)}"
+        ) from exc
     listed, stored = set(manifest["tensors"]), set(tensors)
     if listed != stored:
-        raise GoldenError(f"golden {tensor_path.name} does not match its manifest: "
-                          f"missing {sorted(listed - stored)[:5]}, unlisted {sorted(stored - listed)[:5]}")
+        raise GoldenError(
+            f"golden {tensor_path.name} does not match its manifest: "
+            f"missing {sorted(listed - stored)[:5]}, unlisted {sorted(stored - listed)[:5]}"
+        )
     for key, entry in manifest["tensors"].items():
         t = tensors[key]
         if str(t.dtype).removeprefix("torch.") != entry["dtype"] or list(t.shape) != entry["shape"]:
-            raise GoldenError(f"golden tensor {key}: file holds {t.dtype} {list(t.shape)}, "
-                              f"manifest says {entry['dtype']} {entry['shape']}")
+            raise GoldenError(
+                f"golden tensor {key}: file holds {t.dtype} {list(t.shape)}, "
+                f"manifest says {entry['dtype']} {entry['shape']}"
+            )
         if tensor_sha256(t) != entry["sha256"]:
-            raise GoldenError(f"golden tensor {key}: checksum mismatch, the file was modified or corrupted; "
-                              f"regenerate with: {update_command(nodeid)}")
+            raise GoldenError(
+                f"golden tensor {key}: checksum mismatch, the file was modified or corrupted; "
+                f"regenerate with: {update_command(nodeid)}"
+            )
     return manifest, tensors
 
 

@@ -53,13 +53,15 @@ def select_sites(paths: list[str], patterns: list[str]) -> list[str]:
     """The paths any pattern matches, in tree order; GroupError naming each pattern that matches none."""
     unmatched = [p for p in patterns if not fnmatch.filter(paths, p)]
     if unmatched:
-        raise GroupError(f"pattern(s) {', '.join(map(repr, unmatched))} select no fake-quant site "
-                         f"(sites: {', '.join(paths)})")
+        raise GroupError(
+            f"pattern(s) {', '.join(map(repr, unmatched))} select no fake-quant site (sites: {', '.join(paths)})"
+        )
     return [path for path in paths if any(fnmatch.fnmatchcase(path, p) for p in patterns)]
 
 
-def ablate_groups(pipeline, groups: list[list[str]], *, mode: str = "off",
-                  sample_name: str = "default") -> tuple[float, float, list[GroupResult]]:
+def ablate_groups(
+    pipeline, groups: list[list[str]], *, mode: str = "off", sample_name: str = "default"
+) -> tuple[float, float, list[GroupResult]]:
     """(SQNR as is, PEIR as is, one result per group) on a private copy of ``pipeline``'s quantized
     tree; the shared artifact is never touched. Each group is evaluated from the tree as is."""
     if mode not in MODES:
@@ -90,6 +92,14 @@ def ablate_groups(pipeline, groups: list[list[str]], *, mode: str = "off",
             for obs in switched:
                 obs.set_fake_quant_enabled(enabled[id(obs)])
         s = sqnr_db(reference, out)
-        results.append(GroupResult(label=",".join(group), mode=mode, sites=selected, sqnr_db=s,
-                                   peir=peir(reference, out), gain_db=s - base_sqnr))
+        results.append(
+            GroupResult(
+                label=",".join(group),
+                mode=mode,
+                sites=selected,
+                sqnr_db=s,
+                peir=peir(reference, out),
+                gain_db=s - base_sqnr,
+            )
+        )
     return base_sqnr, base_peir, results

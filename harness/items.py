@@ -1,40 +1,40 @@
-"""The collection tree: a case file -> one node per (case, profile) -> one item per check.
-
-Node ids read ``cases/gemma4.py::gemma4_vision_encoder[tiny]::rotary_parity``. A case node is
-the xdist scope (``--dist loadscope``) that keeps a case's checks on one worker and its
-pipeline. An item runs its check, judges the result against the case's precise expectation,
-and records what it found on its report (``report.wrapq_record``)."""
+"""One item per (case, profile, check): it runs its check, judges the result against the case's
+precise expectation (the findings it declares; on another tico, a finding gone is fixed), sets
+aside what a base run already had (``--baseline``), and records what it found on its report
+(``report.wrapq_record``). The tree above it is harness/collection.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import compat
-from harness import sweep
+from harness import compat, sweep
+from harness import findings as findings_data
 from harness.baseline import pre_existing
 from harness.case import Case, CaseDefinitionError
-from harness.check_settings import validate as validate_settings
 from harness.checks.base import Check, CheckResult
 from harness.expectations import Judgement, judge
-from harness import findings as findings_data
 from harness.overhead import overhead
-from harness.stage_engine import StageError
 from harness.results import jsonable
 from harness.session import state_of
+from harness.stage_engine import StageError
 
 # Case capabilities that become item markers (``pytest -m rotary``).
 CAPABILITY_MARKERS = ("export", "rotary", "mask", "language_model")
 CAPABILITY_MARKERS += ("algorithm",)  # a PTQ algorithm before wrapq (harness/algorithm.py)
 # Headline numbers worth a junit property each (scalars; the full record goes to results.json).
-JUNIT_METRICS = ("peir", "sqnr_db", "mean_abs_diff", "max_abs_diff", "fake_quantize_max_steps", "missing_unexplained",
-                 "worst_score")
+JUNIT_METRICS = (
+    "peir",
+    "sqnr_db",
+    "mean_abs_diff",
+    "max_abs_diff",
+    "fake_quantize_max_steps",
+    "missing_unexplained",
+    "worst_score",
+)
 _MARKERS = pytest.StashKey[set]()
 CAPABILITY_MARKERS += ("rotation_handoff",)  # a rotation algorithm (SpinQuant) before wrapq
 
@@ -47,109 +47,6 @@ def register_marker(config: pytest.Config, name: str, description: str) -> None:
         config.addinivalue_line("markers", f"{name}: {description}")
 
 
-def _import_case_module(path: Path, rootpath: Path) -> Any:
-    rel = path.resolve().relative_to(rootpath.resolve()).with_suffix("")
-    if str(rootpath) not in sys.path:
-        sys.path.insert(0, str(rootpath))
-    return importlib.import_module(".".join(rel.parts))
-
-
-class CaseFile(pytest.File):
-    """One case module: defines ``CASES``, a list of harness.Case."""
-
-    def collect(self):
-        state = state_of(self.config)
-        try:
-            module = _import_case_module(self.path, self.config.rootpath)
-            cases = getattr(module, "CASES", None)
-            if not isinstance(cases, (list, tuple)):
-                raise CaseDefinitionError(self.path.stem, "CASES", "module must define CASES as a list of harness.Case")
-            for i, case in enumerate(cases):
-                if not isinstance(case, Case):
-                    raise CaseDefinitionError(f"{self.path.stem}.CASES[{i}]", "CASES", f"is {type(case).__name__}, not harness.Case")
-        except Exception as exc:  # noqa: BLE001 - a broken case file fails alone, the session goes on
-            yield DefinitionErrorItem.from_parent(self, name="<definition>", error=exc)
-            return
-        checks = state.checks
-        names = {check.name for check in checks}
-        for case in cases:
-            state.case_names.add(case.name)
-            for field_name in ("not_applicable", "expected_failures"):
-                unknown = sorted(set(getattr(case, field_name)) - names)
-                if unknown:
-                    error = CaseDefinitionError(case.name, field_name, f"names no check: {', '.join(unknown)} "
-                                                f"(checks: {', '.join(sorted(names))})")
-                    yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.{field_name}>", error=error)
-            for check_name, expectation in case.expected_failures.items():
-                for message in findings_data.definition_errors(check_name, expectation):
-                    error = CaseDefinitionError(case.name, f"expected_failures[{check_name!r}]", message)
-                    yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.expected_failures>",
-                                                          error=error)
-            settings_errors = validate_settings(case, checks)
-            for error in settings_errors:
-                yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.{error.field_name}>",
-                                                      error=error)
-            if settings_errors:
-                continue  # its checks cannot be judged with settings that do not exist
-            try:
-                if case.sweep is not None:
-                    sweep.validate(case.sweep, case.profiles, {"build": case.build, "ptq_config": case.ptq_config})
-                selected = {profile: list(sweep.iter_selected(case, profile, state.sweep_mode))
-                            for profile in case.profiles if state.wants(case, profile)}
-                sweep_errors = _variant_errors(case, selected, checks, names)
-            except sweep.SweepError as exc:
-                sweep_errors = [CaseDefinitionError(case.name, exc.field_name, str(exc))]
-            for error in sweep_errors:
-                yield DefinitionErrorItem.from_parent(self, name=f"<definition:{case.name}.{error.field_name}>",
-                                                      error=error)
-            if sweep_errors:
-                continue  # a malformed sweep is a malformed case: none of its variants runs
-            for profile, variants in selected.items():
-                for variant_case in variants:
-                    yield CaseNode.from_parent(self, name=f"{case.name}[{sweep.group_label(variant_case, profile)}]",
-                                               case=variant_case, profile=profile, checks=checks, declared=case)
-
-
-def _variant_errors(case: Case, selected: dict[str, list[Case]], checks: list[Check], names: set[str]
-                    ) -> list[CaseDefinitionError]:
-    """A sweep validated against the case (harness/sweep.py), and each variant's overrides against
-    the checks, as a case's own settings are."""
-    if case.sweep is None:
-        return []
-    errors: list[CaseDefinitionError] = []
-    for variant_case in (v for variants in selected.values() for v in variants[1:]):
-        where = f"sweep[{variant_case.variant.label}]"
-        for field_name in ("not_applicable", "expected_failures"):
-            unknown = sorted(set(getattr(variant_case, field_name)) - names)
-            if unknown:
-                errors.append(CaseDefinitionError(case.name, f"{where}.{field_name}", f"names no check: "
-                                                  f"{', '.join(unknown)}"))
-        errors += [CaseDefinitionError(case.name, f"{where}.{e.field_name}", str(e).split(": ", 2)[-1])
-                   for e in validate_settings(variant_case, checks)]
-    return errors
-
-
-class CaseNode(pytest.Collector):
-    """One (case, profile): the xdist scope that keeps its checks on one worker."""
-
-    def __init__(self, *, case: Case, profile: str, checks: list[Check], declared: Case | None = None, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.case = case
-        self.profile = profile
-        self.checks = checks
-        # the case as its file declares it (a sweep variant's ``case`` is a copy of it)
-        self.declared = declared or case
-
-    def collect(self):
-        for check in self.checks:
-            # The id is given as the string pytest stores in its cache: pytest 9 parses stored ids
-            # with brackets only at the end (NodeId.parse), so an id built segment by segment for
-            # "case[profile]::check" would never equal the stored one and --lf/--ff/--sw would
-            # select nothing. Parsed from the same string, both sides agree.
-            yield CheckItem.from_parent(self, name=check.name, nodeid=f"{self.nodeid}::{check.name}",
-                                        case=self.case, profile=self.profile, check=check, declared=self.declared)
-
-
 def stage_problem(err: StageError) -> str:
     """A failed stage as one problem line, for expectations: "stage 'torch_export' failed: Type: first line"."""
     first = err.error_text.strip().splitlines()[0] if err.error_text.strip() else ""
@@ -159,8 +56,11 @@ def stage_problem(err: StageError) -> str:
 def _xfail_line(judgement: Judgement) -> str:
     """An expected failure in one line: the findings that occur (a case's own diagnosis by its text)."""
     named = [label for label, status in judgement.parts.items() if status != "fixed"]
-    return "expected: " + ", ".join(named) + (" (python -m harness findings)" if any(
-        label.startswith("finding ") for label in named) else "")
+    return (
+        "expected: "
+        + ", ".join(named)
+        + (" (python -m harness findings)" if any(label.startswith("finding ") for label in named) else "")
+    )
 
 
 class CheckFailed(Exception):
@@ -226,7 +126,9 @@ class CheckItem(pytest.Item):
 
     def runtest(self) -> None:
         if self.duplicate_of:
-            raise CaseDefinitionError(self.case.name, "name", f"duplicate case name, also defined in {self.duplicate_of}")
+            raise CaseDefinitionError(
+                self.case.name, "name", f"duplicate case name, also defined in {self.duplicate_of}"
+            )
         pipeline = state_of(self.config).pipelines.get(self.case, self.profile)
         pipeline.nodeid = self.parent.nodeid
         if self.check.settings is not None:
@@ -238,8 +140,11 @@ class CheckItem(pytest.Item):
             result = self.check.run(pipeline)
         except StageError as err:
             pipeline.guard_end()
-            self._record(stage_error={"stage": err.stage, "type": err.error_type, "message": err.error_text},
-                         stage_timings=dict(pipeline.timings), check_seconds=time.perf_counter() - start)
+            self._record(
+                stage_error={"stage": err.stage, "type": err.error_type, "message": err.error_text},
+                stage_timings=dict(pipeline.timings),
+                check_seconds=time.perf_counter() - start,
+            )
             # A stage that fails exactly as diagnosed (e.g. torch.export refusing a data-dependent
             # op) is an expected failure too; any other stage failure stays a failure.
             judgement = self._judge([stage_problem(err)])
@@ -301,8 +206,12 @@ class CheckItem(pytest.Item):
             expectation = findings_data.for_this_tico(expectation)
         if expectation is None:
             return None
-        judgement = judge(expectation, problems, strict=state_of(self.config).findings_strict,
-                          looks_like=lambda line: findings_data.looks_like(self.check.name, line))
+        judgement = judge(
+            expectation,
+            problems,
+            strict=state_of(self.config).findings_strict,
+            looks_like=lambda line: findings_data.looks_like(self.check.name, line),
+        )
         self._record(findings={label.removeprefix("finding "): status for label, status in judgement.parts.items()})
         return judgement
 
@@ -321,8 +230,10 @@ class CheckItem(pytest.Item):
         """A failure on a case that declares no expectation: name the known findings it resembles."""
         similar = {fid for line in result.problems for fid in findings_data.looks_like(self.check.name, line)}
         if similar:
-            result.problems.append(f"looks like finding {', '.join(sorted(similar))}, which this case does not "
-                                   f"declare (python -m harness findings)")
+            result.problems.append(
+                f"looks like finding {', '.join(sorted(similar))}, which this case does not "
+                f"declare (python -m harness findings)"
+            )
             self._record(looks_like=sorted(similar))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style=None) -> str:
@@ -344,23 +255,3 @@ class CheckItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, 0, f"{self.parent.name}::{self.name}"
-
-
-class DefinitionErrorItem(pytest.Item):
-    """Stands in for a case file that could not be loaded, so the failure is named, not lost."""
-
-    def __init__(self, *, error: BaseException, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.error = error
-
-    def runtest(self) -> None:
-        raise self.error
-
-    def repr_failure(self, excinfo, style=None) -> str:
-        err = excinfo.value
-        if isinstance(err, CaseDefinitionError):
-            return f"malformed case definition in {self.path.name}: {err}"
-        return f"cannot load case module {self.path.name}: {type(err).__name__}: {err}"
-
-    def reportinfo(self):
-        return self.path, 0, f"{self.path.name}::<definition>"

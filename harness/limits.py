@@ -44,7 +44,7 @@ def _round_up(value: float) -> float:
     if value <= 0:
         return 0.0
     exponent = math.floor(math.log10(value)) - 1
-    return round(math.ceil(value / 10 ** exponent) * 10 ** exponent, max(0, -exponent))
+    return round(math.ceil(value / 10**exponent) * 10**exponent, max(0, -exponent))
 
 
 def _round_down(value: float) -> float:
@@ -53,8 +53,12 @@ def _round_down(value: float) -> float:
 
 def gated_metrics(checks: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """(check, metric declaration) for every metric a check declares a limit for."""
-    return [(name, metric) for name, meta in sorted(checks.items()) for metric in meta.get("metrics") or []
-            if metric.get("limit")]
+    return [
+        (name, metric)
+        for name, meta in sorted(checks.items())
+        for metric in meta.get("metrics") or []
+        if metric.get("limit")
+    ]
 
 
 def _values(records: list[dict], check: str, pattern: str) -> list[float]:
@@ -100,8 +104,9 @@ def _limit(metric: dict[str, Any], values: list[float]) -> tuple[float, float]:
     return limit, worst
 
 
-def propose(runs: list[list[dict]], profile: str, checks: dict[str, dict[str, Any]]
-            ) -> dict[str, dict[Field, tuple[float, float, str]]]:
+def propose(
+    runs: list[list[dict]], profile: str, checks: dict[str, dict[str, Any]]
+) -> dict[str, dict[Field, tuple[float, float, str]]]:
     """case -> (check, field) -> (limit, worst measured value, metric), for the fields the case gates."""
     by_case: dict[str, list[dict]] = {}
     for records in runs:
@@ -123,7 +128,9 @@ def propose(runs: list[list[dict]], profile: str, checks: dict[str, dict[str, An
                 continue
             fallback = metric.get("limit_fallback")
             if fallback and stated.get(fallback) is not None:
-                fallback_metric = next((m for c, m in gated_metrics(checks) if c == check and m["limit"] == fallback), None)
+                fallback_metric = next(
+                    (m for c, m in gated_metrics(checks) if c == check and m["limit"] == fallback), None
+                )
                 fallback_values = _values(records, check, fallback_metric["name"]) if fallback_metric else []
                 fallback_limit = _limit(fallback_metric, fallback_values)[0] if fallback_values else stated[fallback]
                 if limit > fallback_limit:
@@ -133,27 +140,38 @@ def propose(runs: list[list[dict]], profile: str, checks: dict[str, dict[str, An
     return proposals
 
 
-def table(proposals: dict[str, dict[Field, tuple[float, float, str]]], profile: str,
-          run_names: list[str]) -> dict[str, Any]:
+def table(
+    proposals: dict[str, dict[Field, tuple[float, float, str]]], profile: str, run_names: list[str]
+) -> dict[str, Any]:
     """The limits data of a profile (``cases/limits/<profile>.json``): each case's gated fields and
     the source of the numbers."""
-    margin = (f"{MARGIN}x the worst (dB metrics {SQNR_MARGIN_DB} dB below it; Circle max steps: the whole steps "
-              f"counted; never below a metric's floor: one flip for Circle steps, 0.1 for mean steps)")
+    margin = (
+        f"{MARGIN}x the worst (dB metrics {SQNR_MARGIN_DB} dB below it; Circle max steps: the whole steps "
+        f"counted; never below a metric's floor: one flip for Circle steps, 0.1 for mean steps)"
+    )
     cases: dict[str, Any] = {}
     for case, fields in proposals.items():
         measured = ", ".join(f"{metric} {worst:.4g}" for (_, _), (_, worst, metric) in fields.items())
         by_check: dict[str, dict[str, float]] = {}
         for (check, field), (limit, _, _) in fields.items():
             by_check.setdefault(check, {})[field] = limit
-        cases[case] = {"settings": by_check,
-                       "source": (f"measured on clean tico, {profile}, worst over {len(run_names)} kernel selection(s) "
-                                  f"({', '.join(run_names)}): {measured}; limits {margin}")}
-    return {"profile": profile,
-            "about": (f"Limits for profile {profile!r}, proposed by python -m harness limits from clean runs "
-                      f"({', '.join(run_names)}) and reviewed. Each entry replaces those settings fields of the "
-                      f"case on this profile (the other fields stay as the case states them); its source says "
-                      f"what was measured."),
-            "cases": cases}
+        cases[case] = {
+            "settings": by_check,
+            "source": (
+                f"measured on clean tico, {profile}, worst over {len(run_names)} kernel selection(s) "
+                f"({', '.join(run_names)}): {measured}; limits {margin}"
+            ),
+        }
+    return {
+        "profile": profile,
+        "about": (
+            f"Limits for profile {profile!r}, proposed by python -m harness limits from clean runs "
+            f"({', '.join(run_names)}) and reviewed. Each entry replaces those settings fields of the "
+            f"case on this profile (the other fields stay as the case states them); its source says "
+            f"what was measured."
+        ),
+        "cases": cases,
+    }
 
 
 def render(proposals: dict[str, dict[Field, tuple[float, float, str]]], profile: str, run_names: list[str]) -> str:
@@ -176,9 +194,15 @@ def write(path: Path, proposed: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness limits", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", required=True)
-    parser.add_argument("--write", nargs="?", const=True, default=None, metavar="PATH",
-                        help="merge the proposal into the profile's limits data (default cases/limits/<profile>.json) "
-                        "instead of printing it; review the diff before committing")
+    parser.add_argument(
+        "--write",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="PATH",
+        help="merge the proposal into the profile's limits data (default cases/limits/<profile>.json) "
+        "instead of printing it; review the diff before committing",
+    )
     parser.add_argument("results", nargs="+", type=Path, help="results.json of clean runs of the profile")
     args = parser.parse_args(argv)
     docs = [json.loads(path.read_text()) for path in args.results]

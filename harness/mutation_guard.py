@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from harness.case import Built
+from harness.case_parts import Built
 from harness.overhead import overhead
 
 
@@ -89,15 +89,20 @@ class MutationGuard:
                             key = (prefix, module_name, name)
                             state[key] = (t._version, t.data_ptr())
                             buffers.append(key)
-                    children = [(f"{module_name}.{child}" if module_name else child, m)
-                                for child, m in attrs["_modules"].items() if m is not None]
+                    children = [
+                        (f"{module_name}.{child}" if module_name else child, m)
+                        for child, m in attrs["_modules"].items()
+                        if m is not None
+                    ]
                     stack.extend(reversed(children))
                 state[(prefix, "#modes")] = tuple(modes)
                 state[(prefix, "#buffers")] = tuple(buffers)
             elif isinstance(value, Built):
                 visit(f"{prefix}.module", value.module)
-                for kind, samples in (("calibration", enumerate(value.inputs.calibration)),
-                                      ("evaluation", value.inputs.evaluation.items())):
+                for kind, samples in (
+                    ("calibration", enumerate(value.inputs.calibration)),
+                    ("evaluation", value.inputs.evaluation.items()),
+                ):
                     for key, sample in samples:
                         for i, arg in enumerate(sample.args):
                             visit(f"{prefix}.{kind}[{key}].args[{i}]", arg)
@@ -110,5 +115,8 @@ class MutationGuard:
 
     def _diff(self, before: dict[tuple, Any]) -> list[str]:
         after = self._latest = self.snapshot()
-        return [".".join(part for part in k if part).replace(".#", "#") for k, v in before.items()
-                if k in after and after[k] != v]
+        return [
+            ".".join(part for part in k if part).replace(".#", "#")
+            for k, v in before.items()
+            if k in after and after[k] != v
+        ]

@@ -92,10 +92,18 @@ def measured_noise(runs: Runs, clean_runs: list[str]) -> dict[str, Any]:
         "runs": clean_runs,
         "input_hash_stable": {c: h == {runs.golden(c)[0]["input_hash"]} for c, h in hashes.items()},
         "input_sketch_max_move": dict(sketch_moves),
-        "cases": {c: {k: {s: v for s, v in stats.items() if s == "err_ratio"} for k, stats in t.items()
-                      if "err_ratio" in stats} for c, t in cases.items()},
-        "maxima": {c: {s: max((stats.get(s, 0.0) for stats in t.values()), default=0.0) for s in GATED}
-                   for c, t in cases.items()},
+        "cases": {
+            c: {
+                k: {s: v for s, v in stats.items() if s == "err_ratio"}
+                for k, stats in t.items()
+                if "err_ratio" in stats
+            }
+            for c, t in cases.items()
+        },
+        "maxima": {
+            c: {s: max((stats.get(s, 0.0) for stats in t.values()), default=0.0) for s in GATED}
+            for c, t in cases.items()
+        },
     }
 
 
@@ -113,11 +121,14 @@ def report(runs: Runs, clean_runs: list[str], defect_runs: dict[str, list[str]],
     """Markdown: per case, noise score (must stay < 1) and, per defect, its weakest score (> 1 caught)."""
     clean = {run: _case_scores(runs, run, noise) for run in clean_runs}
     # Out of sample: each clean selection scored against limits measured without it.
-    held_out = {run: _case_scores(runs, run, measured_noise(runs, [r for r in clean_runs if r != run]))
-                for run in clean_runs}
+    held_out = {
+        run: _case_scores(runs, run, measured_noise(runs, [r for r in clean_runs if r != run])) for run in clean_runs
+    }
     defects = {d: {run: _case_scores(runs, run, noise) for run in names} for d, names in defect_runs.items()}
     cases = sorted({c for scores in clean.values() for c in scores})
-    header = ["case", "worst clean score", "held out", "float_rel", "scale_rel", "err_ratio"] + [f"{d}" for d in defect_runs]
+    header = ["case", "worst clean score", "held out", "float_rel", "scale_rel", "err_ratio"] + [
+        f"{d}" for d in defect_runs
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     caught = {d: 0 for d in defect_runs}
     applied = {d: 0 for d in defect_runs}
@@ -128,8 +139,14 @@ def report(runs: Runs, clean_runs: list[str], defect_runs: dict[str, list[str]],
         maxima = noise["maxima"].get(case, {})
         held = max(held_out[run][case][0] for run in held_out if case in held_out[run])
         worst_held = max(worst_held, held)
-        row = [f"`{case}`", f"{noise_score:.2g}", f"{held:.2g}", f"{maxima.get('float_rel', 0):.1e}",
-               f"{maxima.get('scale_rel', 0):.1e}", f"{maxima.get('err_ratio', 0):.2g}"]
+        row = [
+            f"`{case}`",
+            f"{noise_score:.2g}",
+            f"{held:.2g}",
+            f"{maxima.get('float_rel', 0):.1e}",
+            f"{maxima.get('scale_rel', 0):.1e}",
+            f"{maxima.get('err_ratio', 0):.2g}",
+        ]
         for d, runs in defects.items():
             hits = [runs[run][case][0] for run in runs if case in runs[run]]
             if not hits:
@@ -140,13 +157,17 @@ def report(runs: Runs, clean_runs: list[str], defect_runs: dict[str, list[str]],
             caught[d] += weakest > 1
             row.append(("" if weakest > 1 else "**missed** ") + (f"{weakest:.3g}" if math.isfinite(weakest) else "inf"))
         lines.append("| " + " | ".join(row) + " |")
-    summary = [f"Worst clean score over {len(cases)} cases and {len(clean_runs)} kernel selections: "
-               f"{worst_noise:.2g} (margin {1 / worst_noise if worst_noise else math.inf:.3g}x below the limit); "
-               f"held out (each selection against limits measured without it): {worst_held:.2g}."]
+    summary = [
+        f"Worst clean score over {len(cases)} cases and {len(clean_runs)} kernel selections: "
+        f"{worst_noise:.2g} (margin {1 / worst_noise if worst_noise else math.inf:.3g}x below the limit); "
+        f"held out (each selection against limits measured without it): {worst_held:.2g}."
+    ]
     for d in defect_runs:
         summary.append(f"- {d}: caught in {caught[d]} of {applied[d]} cases where it applies, under every selection.")
     unstable = [c for c, ok in noise["input_hash_stable"].items() if not ok]
-    summary.append(f"Input hash identical across selections and to the manifest: "
-                   f"{'yes' if not unstable else 'no: ' + ', '.join(unstable)}; largest float-input sketch move "
-                   f"{max(noise['input_sketch_max_move'].values(), default=0.0):.2g} (stale above {golden.SKETCH_REL:g}).")
+    summary.append(
+        f"Input hash identical across selections and to the manifest: "
+        f"{'yes' if not unstable else 'no: ' + ', '.join(unstable)}; largest float-input sketch move "
+        f"{max(noise['input_sketch_max_move'].values(), default=0.0):.2g} (stale above {golden.SKETCH_REL:g})."
+    )
     return "\n".join(summary) + "\n\n" + "\n".join(lines) + "\n"

@@ -9,8 +9,9 @@ from typing import Any, Callable
 import torch
 
 
-def producing_observers(root: torch.nn.Module, outputs: dict[str, Callable[[torch.nn.Module], torch.Tensor]]
-                        ) -> dict[str, tuple[str, Any]]:
+def producing_observers(
+    root: torch.nn.Module, outputs: dict[str, Callable[[torch.nn.Module], torch.Tensor]]
+) -> dict[str, tuple[str, Any]]:
     """For each named output function: (path in ``root``, observer in the private copy) of the
     observer whose fake-quant returned that tensor. Outputs no observer produced are absent."""
     from tico.quantization.wrapq.observers.base import ObserverBase

@@ -136,8 +136,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="nightly drift mode: label every failure as drift with the package versions that differ from the pins "
         "(run it in the environment scripts/drift.sh builds)",
     )
-    parser.addini("wrapq_pins_file", "the pinned gate's constraints (drift mode compares against it)", default="constraints.txt")
-    parser.addini("wrapq_durations_file", "recorded per-case durations (relative to rootdir)", default="case_durations.json")
+    parser.addini(
+        "wrapq_pins_file", "the pinned gate's constraints (drift mode compares against it)", default="constraints.txt"
+    )
+    parser.addini(
+        "wrapq_durations_file", "recorded per-case durations (relative to rootdir)", default="case_durations.json"
+    )
     parser.addini(
         "wrapq_cases_dir",
         "directories (relative to rootdir, one per line) holding case modules; out-of-tree wrapper "
@@ -150,9 +154,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def run_settings(config: pytest.Config, run_id: str) -> RunSettings:
     """The session options the pipeline and the checks read; goldens rewritten by this run are
     staged under the golden directory, by run id, until the run ends."""
-    from harness.golden import staging_dir
-
     from harness.baseline import RUN_GOLDEN_DIR
+    from harness.golden import staging_dir
 
     chosen = config.getoption("wrapq_golden_dir")
     golden_dir = Path(chosen).resolve() if chosen else config.rootpath / "golden"
@@ -183,7 +186,8 @@ def refuse_lost_project_config(config: pytest.Config) -> None:
     if config.inipath is None and project.is_file() and "wrapq_cases_dir" in project.read_text(errors="replace"):
         raise pytest.UsageError(
             f"pytest did not read {project} (rootdir became {config.rootpath}, probably from a directory "
-            f"option given as '--option DIR'); write path options as '--wrapq-report-dir=DIR'")
+            f"option given as '--option DIR'); write path options as '--wrapq-report-dir=DIR'"
+        )
 
 
 def circle_cache_dir(config: pytest.Config) -> Path | None:
@@ -198,5 +202,3 @@ def export_cache_dir(config: pytest.Config) -> Path | None:
         return None
     chosen = config.getoption("wrapq_export_cache")
     return Path(chosen).resolve() if chosen else config.rootpath / ".wrapq-cache" / "export"
-
-

@@ -19,10 +19,11 @@ import numpy as np
 import torch
 
 from harness import compat
-from harness.case import Built, Case, Sample
+from harness.case import Case
+from harness.case_parts import Built, Sample
 from harness.lifecycle_ops import set_seed, unwrap, wrap_noquant  # noqa: F401 - re-exported for checks
-from harness.sweep import group_label
 from harness.stage_engine import StageEngine, StageError, StageTimeout, time_limit  # noqa: F401 - re-exported
+from harness.sweep import group_label
 
 
 @dataclass(frozen=True)
@@ -320,8 +321,9 @@ class Pipeline(StageEngine):
             outputs = replay_circle(self.circle, self.case.export.args(sample), mode)
             references = self.export_output_leaves("quant", self.export_sample_name)
             if len(outputs) != len(references):
-                raise ValueError(f"the Circle model has {len(outputs)} outputs, the export adapter returns "
-                                 f"{len(references)} tensors")
+                raise ValueError(
+                    f"the Circle model has {len(outputs)} outputs, the export adapter returns {len(references)} tensors"
+                )
             return [torch.from_numpy(np.asarray(out)).reshape(ref.shape) for out, ref in zip(outputs, references)]
 
         return self._stage(f"circle_replay[{mode}]", compute)

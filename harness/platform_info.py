@@ -31,8 +31,14 @@ def _machine() -> tuple[str, str, str]:
                 break
     except OSError:
         pass
-    blas = next((line.strip(" -") for line in torch.__config__.show().splitlines() if "Math Kernel Library" in line
-                 or "OpenBLAS" in line), "unknown")
+    blas = next(
+        (
+            line.strip(" -")
+            for line in torch.__config__.show().splitlines()
+            if "Math Kernel Library" in line or "OpenBLAS" in line
+        ),
+        "unknown",
+    )
     return cpu, platform.machine(), blas
 
 
@@ -56,5 +62,8 @@ def platform_differences(manifest: dict[str, Any]) -> list[str]:
     then, now = manifest.get("platform") or {}, platform_record()
     if not then:
         return ["golden written before platforms were recorded"]
-    return [f"{k} {then.get(k)!r} -> {now.get(k)!r}" for k in ("cpu", "cpu_capability", "blas", "torch_threads", "env")
-            if then.get(k) != now.get(k)]
+    return [
+        f"{k} {then.get(k)!r} -> {now.get(k)!r}"
+        for k in ("cpu", "cpu_capability", "blas", "torch_threads", "env")
+        if then.get(k) != now.get(k)
+    ]

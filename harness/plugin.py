@@ -1,6 +1,6 @@
 """pytest plugin entry point: wires the harness's hooks. What each does lives in its own module:
 options and ini keys (harness/options.py), per-process state (harness/session.py), the
-collection tree and the items (harness/items.py), case-group order and shards
+collection tree and the items (harness/collection.py, harness/items.py), case-group order and shards
 (harness/scheduling.py, harness/xdist_scheduler.py), and the end-of-run sink that writes
 results.json, the report, history and goldens (harness/run_sink.py).
 
@@ -18,7 +18,8 @@ import pytest
 
 from harness import compat
 from harness.checks import all_checks
-from harness.items import CAPABILITY_MARKERS, CaseFile, CheckItem, register_marker
+from harness.collection import CaseFile
+from harness.items import CAPABILITY_MARKERS, CheckItem, register_marker
 from harness.options import pytest_addoption, refuse_lost_project_config  # noqa: F401 - pytest hook
 from harness.run_sink import RunSink, note_group_done
 from harness.scheduling import assign_shards, longest_first
@@ -42,8 +43,11 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     # Group each case's checks on one worker unless the user chose a distribution mode.
     # xdist's own tryfirst hook may already have turned "-n N" into --dist load, or may run next
     # (it leaves a mode other than "no" alone), so both values mean "not chosen".
-    if getattr(config.option, "numprocesses", None) and not _user_chose_dist(config) \
-            and getattr(config.option, "dist", "no") in ("no", "load"):
+    if (
+        getattr(config.option, "numprocesses", None)
+        and not _user_chose_dist(config)
+        and getattr(config.option, "dist", "no") in ("no", "load")
+    ):
         config.option.dist = "loadscope"
         # Keep our longest-first collection order (xdist would re-sort scopes by item count).
         config.option.loadscopereorder = False
@@ -82,7 +86,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     state = state_of(parent.config)
-    if file_path.suffix == ".py" and file_path.parent.resolve() in state.cases_dirs and not file_path.name.startswith("_"):
+    if (
+        file_path.suffix == ".py"
+        and file_path.parent.resolve() in state.cases_dirs
+        and not file_path.name.startswith("_")
+    ):
         return CaseFile.from_parent(parent, path=file_path)
     return None
 
@@ -108,8 +116,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     index, count = state.shard
     assignment = assign_shards(known, state.durations, count)
-    keep = [item for item in items if groups[id(item)] is None and index == 1
-            or groups[id(item)] is not None and assignment[groups[id(item)]] == index]
+    keep = [
+        item
+        for item in items
+        if groups[id(item)] is None
+        and index == 1
+        or groups[id(item)] is not None
+        and assignment[groups[id(item)]] == index
+    ]
     kept = {id(item) for item in keep}
     dropped = [item for item in items if id(item) not in kept]
     if dropped:

@@ -56,6 +56,7 @@ class GoldenTolerance:
     err_ratio_min: float = 0.0
     err_ratio_unmeasured: float = 0.5
 
+
 QUANTIZED_PREFIXES = ("quant_output.", "export_output.")
 NOISE_FILE = "noise.json"
 
@@ -74,7 +75,7 @@ def reference_key(key: str) -> str | None:
     """The float reference a quantized output is judged against (same evaluation sample)."""
     for prefix in QUANTIZED_PREFIXES:
         if key.startswith(prefix):
-            return "reference_output." + key[len(prefix):]
+            return "reference_output." + key[len(prefix) :]
     return None
 
 
@@ -88,8 +89,14 @@ def _float_rel(g: torch.Tensor, diff: torch.Tensor) -> float:
     return worst / magnitude if magnitude > 0 else (0.0 if worst == 0 else math.inf)
 
 
-def statistics(key: str, golden: torch.Tensor, current: torch.Tensor, *, step: float | None = None,
-               golden_reference: torch.Tensor | None = None) -> dict[str, float]:
+def statistics(
+    key: str,
+    golden: torch.Tensor,
+    current: torch.Tensor,
+    *,
+    step: float | None = None,
+    golden_reference: torch.Tensor | None = None,
+) -> dict[str, float]:
     """The statistics of one tensor (same shape and dtype, checked by the caller)."""
     if not golden.is_floating_point():
         changed = float((golden != current).sum())
@@ -103,8 +110,10 @@ def statistics(key: str, golden: torch.Tensor, current: torch.Tensor, *, step: f
         return {"nan_pattern": 1.0}
     g, c = g.nan_to_num(0.0), c.nan_to_num(0.0)
     diff = (c - g).abs()
-    stats: dict[str, float] = {"max_abs_diff": float(diff.max()) if diff.numel() else 0.0,
-                               "changed": float((diff > 0).sum())}
+    stats: dict[str, float] = {
+        "max_abs_diff": float(diff.max()) if diff.numel() else 0.0,
+        "changed": float((diff > 0).sum()),
+    }
     which = kind(key)
     own_error = 0.0
     if which == "quantized" and golden_reference is not None and golden_reference.shape == golden.shape:
@@ -126,11 +135,17 @@ def statistics(key: str, golden: torch.Tensor, current: torch.Tensor, *, step: f
     return stats
 
 
-def limits_for(key: str, stats: dict[str, float], tolerance: GoldenTolerance,
-               measured: dict[str, float] | None) -> dict[str, float]:
+def limits_for(
+    key: str, stats: dict[str, float], tolerance: GoldenTolerance, measured: dict[str, float] | None
+) -> dict[str, float]:
     """The limit each gated statistic of this tensor is held to."""
-    limits = {"float_rel": tolerance.float_rel, "scale_rel": tolerance.scale_rel,
-              "zero_point_abs": tolerance.zero_point_abs, "int_changed": 0.0, "nan_pattern": 0.0}
+    limits = {
+        "float_rel": tolerance.float_rel,
+        "scale_rel": tolerance.scale_rel,
+        "zero_point_abs": tolerance.zero_point_abs,
+        "int_changed": 0.0,
+        "nan_pattern": 0.0,
+    }
     if "err_ratio" in stats:
         noise = (measured or {}).get("err_ratio")
         candidates = [tolerance.noise_factor * noise if noise is not None else tolerance.err_ratio_unmeasured]
@@ -153,8 +168,13 @@ def score(stats: dict[str, float], limits: dict[str, float]) -> tuple[float, str
     return worst, name
 
 
-def compare(golden: dict[str, torch.Tensor], current: dict[str, torch.Tensor], steps: dict[str, Any],
-            tolerance: GoldenTolerance, measured: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, Any]]:
+def compare(
+    golden: dict[str, torch.Tensor],
+    current: dict[str, torch.Tensor],
+    steps: dict[str, Any],
+    tolerance: GoldenTolerance,
+    measured: dict[str, dict[str, float]] | None = None,
+) -> dict[str, dict[str, Any]]:
     """Per common key: statistics, limits, score and the statistic that gave it."""
     out: dict[str, dict[str, Any]] = {}
     for key in sorted(set(golden) & set(current)):

@@ -61,12 +61,25 @@ def _source_lines(stack_trace: str | None) -> list[str]:
     return lines[-1:]
 
 
-_QUANTIZE_TARGETS = ("quantized_decomposed.quantize_per_tensor.default",
-                     "quantized_decomposed.quantize_per_channel.default")
+_QUANTIZE_TARGETS = (
+    "quantized_decomposed.quantize_per_tensor.default",
+    "quantized_decomposed.quantize_per_channel.default",
+)
 # Ops that move values without computing: a float value they move is still only moved.
-_MOVING_TARGETS = ("aten.embedding.default", "aten.reshape.default", "aten.view.default", "aten.permute.default",
-                   "aten.transpose.int", "aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default",
-                   "aten.expand.default", "aten.slice.Tensor", "aten.select.int", "aten.clone.default")
+_MOVING_TARGETS = (
+    "aten.embedding.default",
+    "aten.reshape.default",
+    "aten.view.default",
+    "aten.permute.default",
+    "aten.transpose.int",
+    "aten.squeeze.dim",
+    "aten.squeeze.dims",
+    "aten.unsqueeze.default",
+    "aten.expand.default",
+    "aten.slice.Tensor",
+    "aten.select.int",
+    "aten.clone.default",
+)
 
 
 def quantized_before_use(node: torch.fx.Node, qparam_key: str, depth: int = 0) -> bool:
@@ -79,8 +92,11 @@ def quantized_before_use(node: torch.fx.Node, qparam_key: str, depth: int = 0) -
         target = target_name(user)
         if target in _QUANTIZE_TARGETS:
             continue
-        if target in _MOVING_TARGETS and qparam_key not in user.meta \
-                and quantized_before_use(user, qparam_key, depth + 1):
+        if (
+            target in _MOVING_TARGETS
+            and qparam_key not in user.meta
+            and quantized_before_use(user, qparam_key, depth + 1)
+        ):
             continue
         return False
     return True
@@ -152,8 +168,12 @@ def audit_exported_program(program: Any, ignored_targets: tuple[str, ...] = DEFA
         elif node.op == "output":
             flat, _ = compat.tree_flatten(node.args[0])
             for out in flat:
-                if isinstance(out, torch.fx.Node) and not _is_qparam_buffer(out) and _is_tensor_node(out) \
-                        and _is_float_tensor(out):
+                if (
+                    isinstance(out, torch.fx.Node)
+                    and not _is_qparam_buffer(out)
+                    and _is_tensor_node(out)
+                    and _is_float_tensor(out)
+                ):
                     if QPARAM_KEY not in out.meta:
                         record(out, "graph output")
     return result

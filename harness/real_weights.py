@@ -73,8 +73,10 @@ def unavailable_reason() -> str | None:
     missing += [m for m in REQUIRED_MODULES if importlib.util.find_spec(m) is None]
     if not missing:
         return None
-    return (f"the real_weights profile needs the optional dependencies in {REQUIREMENTS_FILE}; missing: "
-            f"{', '.join(missing)}; install them with `{INSTALL_COMMAND}`")
+    return (
+        f"the real_weights profile needs the optional dependencies in {REQUIREMENTS_FILE}; missing: "
+        f"{', '.join(missing)}; install them with `{INSTALL_COMMAND}`"
+    )
 
 
 def cache_root() -> Path:
@@ -117,14 +119,19 @@ def _build_entry(gguf: Path, entry: Path) -> None:
     config.pop("quantization_config", None)
     (tmp / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True))
     # tied lm_head is not stored twice; rebuilt by tying
-    state = {k: v.contiguous() for k, v in model.state_dict().items()
-             if not (config.get("tie_word_embeddings") and k == "lm_head.weight")}
+    state = {
+        k: v.contiguous()
+        for k, v in model.state_dict().items()
+        if not (config.get("tie_word_embeddings") and k == "lm_head.weight")
+    }
     save_file(state, str(tmp / "model.safetensors"))
     tokenizer.save_pretrained(str(tmp / "tokenizer"))
     files = ["config.json", "model.safetensors"] + [
-        str(p.relative_to(tmp)) for p in sorted((tmp / "tokenizer").rglob("*")) if p.is_file()]
-    (tmp / "meta.json").write_text(json.dumps({"format": _CACHE_FORMAT, "gguf": str(gguf), "gguf_sha256": entry.name,
-                                               "files": files}, indent=1))
+        str(p.relative_to(tmp)) for p in sorted((tmp / "tokenizer").rglob("*")) if p.is_file()
+    ]
+    (tmp / "meta.json").write_text(
+        json.dumps({"format": _CACHE_FORMAT, "gguf": str(gguf), "gguf_sha256": entry.name, "files": files}, indent=1)
+    )
     shutil.rmtree(entry, ignore_errors=True)
     os.replace(tmp, entry)
 
@@ -264,10 +271,14 @@ def text_facts() -> dict[str, Any]:
     """What the text sets are, for results and the README."""
     import sys
 
-    return {split: {"topics": list(topics), "tokens": int(token_stream(split).numel()),
-                    "sha256": hashlib.sha256(text(split).encode()).hexdigest()[:16]}
-            for split, topics in (("calibration", CALIBRATION_TOPICS), ("evaluation", EVALUATION_TOPICS))} | {
-        "source": f"pydoc_data.topics of Python {sys.version.split()[0]}"}
+    return {
+        split: {
+            "topics": list(topics),
+            "tokens": int(token_stream(split).numel()),
+            "sha256": hashlib.sha256(text(split).encode()).hexdigest()[:16],
+        }
+        for split, topics in (("calibration", CALIBRATION_TOPICS), ("evaluation", EVALUATION_TOPICS))
+    } | {"source": f"pydoc_data.topics of Python {sys.version.split()[0]}"}
 
 
 def windows(split: str, count: int, length: int, *, start: int = 0) -> list[torch.Tensor]:
@@ -276,9 +287,10 @@ def windows(split: str, count: int, length: int, *, start: int = 0) -> list[torc
     stream = token_stream(split)
     need = (start + count) * length
     if need > stream.numel():
-        raise ValueError(f"the {split} text has {stream.numel()} tokens; {count} windows of {length} from window "
-                         f"{start} need {need}")
-    return [stream[(start + i) * length:(start + i + 1) * length] for i in range(count)]
+        raise ValueError(
+            f"the {split} text has {stream.numel()} tokens; {count} windows of {length} from window {start} need {need}"
+        )
+    return [stream[(start + i) * length : (start + i + 1) * length] for i in range(count)]
 
 
 def batch(ids: list[torch.Tensor], lengths: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -302,8 +314,12 @@ def capture_inputs(model, module: torch.nn.Module, run) -> tuple[tuple, dict]:
 
     def hook(mod, args, kwargs):
         if not seen:
-            seen.append((tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args),
-                         {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}))
+            seen.append(
+                (
+                    tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args),
+                    {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()},
+                )
+            )
 
     handle = module.register_forward_pre_hook(hook, with_kwargs=True)
     try:

@@ -122,7 +122,11 @@ class ResultCollector:
 
     def _skeleton(self, nodeid: str) -> dict[str, Any]:
         match = _NODEID_RE.match(nodeid)
-        parts = match.groupdict() if match else {"file": nodeid.split("::")[0], "case": None, "profile": None, "check": None}
+        parts = (
+            match.groupdict()
+            if match
+            else {"file": nodeid.split("::")[0], "case": None, "profile": None, "check": None}
+        )
         return {
             "nodeid": nodeid,
             "case": parts["case"],
@@ -133,7 +137,9 @@ class ResultCollector:
             "metrics": {},
         }
 
-    def write(self, path: Path, *, exitstatus: int, profiles: list[str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def write(
+        self, path: Path, *, exitstatus: int, profiles: list[str], extra: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         for record in self.records.values():
             if record["outcome"] == "pending":  # e.g. interrupted before the call phase
                 record["outcome"] = "not_run"

@@ -19,10 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
-
 from harness.drift import headline
-from harness.platform_info import TESTBED_KEYS
 from harness.results import same_release
 
 BAD = ("failed", "error", "crashed", "not_run")
@@ -49,8 +46,10 @@ def load_results(path: Path, role: str = "results") -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise CompareError(f"{role} file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
-        raise CompareError(f"{role} file {path} is not valid JSON: {exc.msg} (line {exc.lineno}, "
-                           f"column {exc.colno}; truncated or corrupt?)") from None
+        raise CompareError(
+            f"{role} file {path} is not valid JSON: {exc.msg} (line {exc.lineno}, "
+            f"column {exc.colno}; truncated or corrupt?)"
+        ) from None
     except OSError as exc:
         raise CompareError(f"{role} file {path} cannot be read: {exc.strerror or exc}") from None
     validate(doc, f"{role} file {path}")
@@ -64,7 +63,11 @@ def validate(doc: Any, where: str) -> None:
         raise CompareError(f"{where} has results schema {doc.get('schema')!r}; this harness reads schema 1")
     seen = set()
     for i, rec in enumerate(doc["results"]):
-        if not isinstance(rec, dict) or not isinstance(rec.get("nodeid"), str) or not isinstance(rec.get("outcome"), str):
+        if (
+            not isinstance(rec, dict)
+            or not isinstance(rec.get("nodeid"), str)
+            or not isinstance(rec.get("outcome"), str)
+        ):
             raise CompareError(f"{where}: results[{i}] is not an item record (it needs a 'nodeid' and an 'outcome')")
         if rec["nodeid"] in seen:
             raise CompareError(f"{where}: item {rec['nodeid']} is recorded twice")
@@ -186,7 +189,10 @@ def classify(base: str | None, head: str | None) -> tuple[str, str] | None:
         if base in BAD:
             return CHANGED, f"{arrow} (still failing)"
         if base == "xfailed":
-            return WORSE, "xfail -> fail (the expected failure no longer matches: a new problem, or the expected one is gone)"
+            return (
+                WORSE,
+                "xfail -> fail (the expected failure no longer matches: a new problem, or the expected one is gone)",
+            )
         return WORSE, f"{arrow} (regressed)"
     if base in BAD:
         if head == "passed":
@@ -232,7 +238,7 @@ def _direction(decls: list[dict[str, Any]], key: str) -> tuple[str, str] | None:
 
 
 def metric_move(base: float, head: float, better: str, margin: float, abs_floor: float) -> str | None:
-    """"worse", "better" or None (within the margin). A NaN is worse than any number."""
+    """ "worse", "better" or None (within the margin). A NaN is worse than any number."""
     if base == head or (math.isnan(base) and math.isnan(head)):
         return None
     if math.isnan(head):
@@ -251,8 +257,14 @@ def metric_move(base: float, head: float, better: str, margin: float, abs_floor:
     return None
 
 
-def compare(base: dict[str, Any], head: dict[str, Any], *, margin: float = 0.1, abs_floor: float = ABS_FLOOR,
-            allow_version_mismatch: bool = False) -> Comparison:
+def compare(
+    base: dict[str, Any],
+    head: dict[str, Any],
+    *,
+    margin: float = 0.1,
+    abs_floor: float = ABS_FLOOR,
+    allow_version_mismatch: bool = False,
+) -> Comparison:
     validate(base, "base")
     validate(head, "head")
     if margin < 0 or abs_floor < 0:
@@ -261,22 +273,36 @@ def compare(base: dict[str, Any], head: dict[str, Any], *, margin: float = 0.1, 
     diffs = version_differences(base, head)
     blocking = [d for d in diffs if d[0] != "tico"]
     if blocking and not allow_version_mismatch:
-        raise CompareError(f"refusing to compare runs on different pinned stacks: {describe_versions(blocking)} "
-                           f"(base -> head); their numbers differ for reasons no commit made. Rerun both on one "
-                           f"stack, or pass --allow-version-mismatch to compare anyway")
+        raise CompareError(
+            f"refusing to compare runs on different pinned stacks: {describe_versions(blocking)} "
+            f"(base -> head); their numbers differ for reasons no commit made. Rerun both on one "
+            f"stack, or pass --allow-version-mismatch to compare anyway"
+        )
     brec = {r["nodeid"]: r for r in base["results"]}
     hrec = {r["nodeid"]: r for r in head["results"]}
-    out = Comparison(base_run=base["run"], head_run=head["run"], margin=margin, abs_floor=abs_floor,
-                     version_diffs=diffs, items_base=len(brec), items_head=len(hrec),
-                     items_both=len(set(brec) & set(hrec)))
+    out = Comparison(
+        base_run=base["run"],
+        head_run=head["run"],
+        margin=margin,
+        abs_floor=abs_floor,
+        version_diffs=diffs,
+        items_base=len(brec),
+        items_head=len(hrec),
+        items_both=len(set(brec) & set(hrec)),
+    )
     for nodeid in sorted(set(brec) | set(hrec)):
         b, h = brec.get(nodeid), hrec.get(nodeid)
         change = classify(b["outcome"] if b else None, h["outcome"] if h else None)
         if change:
             kind, label = change
-            message = headline(str((h or {}).get("message") or "")).removeprefix("- ") if h and h["outcome"] in BAD else ""
-            out.verdicts.append(VerdictChange(nodeid, b["outcome"] if b else None, h["outcome"] if h else None,
-                                              kind, label, message[:300]))
+            message = (
+                headline(str((h or {}).get("message") or "")).removeprefix("- ") if h and h["outcome"] in BAD else ""
+            )
+            out.verdicts.append(
+                VerdictChange(
+                    nodeid, b["outcome"] if b else None, h["outcome"] if h else None, kind, label, message[:300]
+                )
+            )
         if not (b and h):
             continue
         check = h.get("check") or b.get("check")
@@ -298,141 +324,3 @@ def compare(base: dict[str, Any], head: dict[str, Any], *, margin: float = 0.1, 
 
     out.metrics.sort(key=lambda m: (_KIND_ORDER[m.kind], -size(m), m.nodeid, m.metric))
     return out
-
-
-# -- rendering ----------------------------------------------------------------------------------
-def fmt(value: float | None) -> str:
-    if value is None:
-        return ""
-    return f"{value:.6g}"
-
-
-def fmt_relative(move: MetricMove) -> str:
-    rel = move.relative
-    if rel is not None:
-        return f"{rel:+.1%}"
-    delta = move.head - move.base
-    return "n/a" if math.isnan(delta) else f"{delta:+.3g}"
-
-
-def _run_label(run: dict[str, Any]) -> str:
-    commit = run.get("commit") or "unknown commit"
-    return f"{commit[:12]} ({run.get('started_at') or '?'})"
-
-
-def platform_differences(base_run: dict[str, Any], head_run: dict[str, Any]) -> list[str]:
-    """How the testbeds of two runs differ (``run.platform``; empty when the same or either run
-    did not record one): float bits differ across CPUs and kernel selections, so metric moves
-    between two testbeds are not a commit's doing."""
-    b, h = base_run.get("platform") or {}, head_run.get("platform") or {}
-    if not b or not h:
-        return []
-    return [f"{k} {b.get(k)!r} -> {h.get(k)!r}" for k in TESTBED_KEYS if b.get(k) != h.get(k)]
-
-
-def header_lines(cmp: Comparison) -> list[str]:
-    lines = [f"base: {_run_label(cmp.base_run)}  head: {_run_label(cmp.head_run)}"]
-    testbeds = platform_differences(cmp.base_run, cmp.head_run)
-    if testbeds:
-        lines.append(f"testbeds differ (metric moves may come from the machine, not the commit): {'; '.join(testbeds)}")
-    stack_diffs = [d for d in cmp.version_diffs if d[0] != "tico"]
-    tico_diffs = [d for d in cmp.version_diffs if d[0] == "tico"]
-    if tico_diffs:
-        lines.append(f"the tico under review differs from the base's, as a pull request makes it: "
-                     f"{describe_versions(tico_diffs)}")
-    if stack_diffs:
-        lines.append(f"versions differ (compared anyway, --allow-version-mismatch): {describe_versions(stack_diffs)}")
-    else:
-        versions = cmp.head_run.get("versions") or {}
-        pinned = ", ".join(f"{k} {versions[k]}" for k in ("torch", "transformers", "tico") if versions.get(k))
-        lines.append(f"same stack: {pinned or 'versions not recorded'}")
-    tico_base, tico_head = ((run.get("tico") or {}) for run in (cmp.base_run, cmp.head_run))
-    if tico_base.get("source_sha256") != tico_head.get("source_sha256"):
-        from harness.tico_identity import describe
-
-        lines.append(f"tico under review: {describe(tico_head)}; base: {describe(tico_base)}")
-    lines.append(f"{cmp.items_both} items in both runs ({cmp.items_base} in base, {cmp.items_head} in head); "
-                 f"{len(cmp.verdicts)} verdict change(s), {len(cmp.metrics)} metric move(s) beyond "
-                 f"{cmp.margin:.0%} (declared direction)")
-    lines.append(cmp.verdict_line())
-    return lines
-
-
-def render_text(cmp: Comparison) -> str:
-    parts = header_lines(cmp)
-    if cmp.verdicts:
-        rows = [[v.kind.upper() if v.kind == WORSE else v.kind, v.nodeid, v.base or "-", v.head or "-", v.label,
-                 v.message[:100], v.repro] for v in cmp.verdicts]
-        parts += ["", "verdict changes:",
-                  tabulate(rows, headers=["", "item", "base", "head", "change", "message", "repro"], tablefmt="simple")]
-    if cmp.metrics:
-        rows = [[m.kind.upper() if m.kind == WORSE else m.kind, m.nodeid, m.metric, fmt(m.base), fmt(m.head),
-                 fmt_relative(m), f"{m.better} is better", m.repro] for m in cmp.metrics]
-        parts += ["", f"metric moves beyond {cmp.margin:.0%}:",
-                  tabulate(rows, headers=["", "item", "metric", "base", "head", "change", "direction", "repro"],
-                           tablefmt="simple", disable_numparse=True)]
-    if not cmp.verdicts and not cmp.metrics:
-        parts += ["", "no item changed verdict and no declared metric moved beyond the margin"]
-    parts += finding_lines(cmp)
-    return "\n".join(parts)
-
-
-def finding_lines(cmp: Comparison) -> list[str]:
-    """What the head run's tico fixed, broke or left as it was, one line per finding."""
-    from harness.finding_status import compare as compare_findings
-
-    rows = [row for row in compare_findings(cmp.base_run, cmp.head_run) if not row["change"].startswith("still")]
-    if not rows:
-        return []
-    return ["", "findings:"] + [f"  {row['change']:<10} {row['id']} ({row['base']} -> {row['head']})" for row in rows]
-
-
-def _md_text(value: Any) -> str:
-    """Text for a markdown table cell: no raw HTML, no cell breaks, no line breaks."""
-    text = str(value).replace("&", "&amp;").replace("<", "&lt;")  # no raw HTML; "->" stays readable
-    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
-
-
-def _md_code(value: str) -> str:
-    """An inline code span that survives backticks and pipes in the text."""
-    value = value.replace("\n", " ").replace("|", "\\|")
-    fence = "`"
-    while fence in value:
-        fence += "`"
-    pad = " " if value.startswith("`") or value.endswith("`") else ""
-    return f"{fence}{pad}{value}{pad}{fence}"
-
-
-def render_markdown(cmp: Comparison) -> str:
-    lines = ["## wrapq: head vs base", ""]
-    lines += [f"- {_md_text(line)}" for line in header_lines(cmp)[:-1]]
-    lines += ["", f"**{_md_text(cmp.verdict_line())}**", ""]
-    if cmp.verdicts:
-        lines += ["### Verdict changes", "", "| | item | base | head | change | repro |", "|---|---|---|---|---|---|"]
-        for v in cmp.verdicts:
-            change = _md_text(v.label) + (f" -- {_md_text(v.message[:200])}" if v.message else "")
-            lines.append(f"| {'**worse**' if v.kind == WORSE else v.kind} | {_md_code(v.nodeid)} | {v.base or '-'} | "
-                         f"{v.head or '-'} | {change} | {_md_code(v.repro)} |")
-        lines.append("")
-    if cmp.metrics:
-        lines += [f"### Metric moves beyond {cmp.margin:.0%}", "",
-                  "| | item | metric | base | head | change | repro |", "|---|---|---|---|---|---|---|"]
-        for m in cmp.metrics:
-            lines.append(f"| {'**worse**' if m.kind == WORSE else m.kind} | {_md_code(m.nodeid)} | "
-                         f"{_md_code(m.metric)} ({m.better} is better) | {fmt(m.base)} | {fmt(m.head)} | "
-                         f"{fmt_relative(m)} | {_md_code(m.repro)} |")
-        lines.append("")
-    if not cmp.verdicts and not cmp.metrics:
-        lines += ["No item changed verdict and no declared metric moved beyond the margin.", ""]
-    return "\n".join(lines)
-
-
-def render_html(cmp: Comparison) -> str:
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "report" / "templates")),
-                             autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters["num"] = fmt
-    env.filters["relative"] = fmt_relative
-    return env.get_template("compare.html.j2").render(cmp=cmp, header=header_lines(cmp)[:-1], verdict=cmp.verdict_line(),
-                                                     worse=WORSE)

@@ -51,8 +51,12 @@ class RunSink:
         self.findings_summary: dict[str, Any] | None = None
 
     def process_stats(self) -> dict[str, Any]:
-        return {"overhead": overhead_totals(), "peak_rss_mb": round(peak_rss_mb(), 1),
-                "rss_after_group_mb": dict(self.state.rss_after_group), "case_names": sorted(self.state.case_names)}
+        return {
+            "overhead": overhead_totals(),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+            "rss_after_group_mb": dict(self.state.rss_after_group),
+            "case_names": sorted(self.state.case_names),
+        }
 
     # -- hooks -----------------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -104,17 +108,23 @@ class RunSink:
         if self.goldens_rewritten:
             terminalreporter.section("wrapq goldens rewritten")
             golden_dir = self.state.pipelines.settings.golden_dir
-            terminalreporter.write_line(f"{len(self.goldens_rewritten)} golden(s) written to {golden_dir}; review "
-                                        f"`git diff {golden_dir.name}` before committing:")
+            terminalreporter.write_line(
+                f"{len(self.goldens_rewritten)} golden(s) written to {golden_dir}; review "
+                f"`git diff {golden_dir.name}` before committing:"
+            )
             for stem in self.goldens_rewritten:
                 terminalreporter.write_line(f"  {stem}")
         if self.orphan_goldens:
             terminalreporter.section("wrapq orphan goldens")
-            terminalreporter.write_line(f"{len(self.orphan_goldens)} golden(s) belong to no case the case files "
-                                        f"define (renamed or removed cases?); delete them or restore their case:")
+            terminalreporter.write_line(
+                f"{len(self.orphan_goldens)} golden(s) belong to no case the case files "
+                f"define (renamed or removed cases?); delete them or restore their case:"
+            )
             for stem in self.orphan_goldens:
                 terminalreporter.write_line(f"  {stem}")
-        terminalreporter.write_line(f"results: {self.report_dir / 'results.json'}  report: {self.report_dir / 'report.html'}")
+        terminalreporter.write_line(
+            f"results: {self.report_dir / 'results.json'}  report: {self.report_dir / 'report.html'}"
+        )
 
     def _findings_summary(self) -> dict[str, Any]:
         """The run's findings, computed once for results.json and the terminal (harness/finding_status.py)."""
@@ -150,9 +160,11 @@ class RunSink:
             terminalreporter.write_line(line)
         base = self._baseline_summary()
         if base is not None:
-            terminalreporter.write_line(f"judged against the {self.state.base_run.label}: "
-                                        f"{len(base['pre_existing'])} failure(s) pre-existing there (xfail, not "
-                                        f"this change's); goldens compared with its tensors")
+            terminalreporter.write_line(
+                f"judged against the {self.state.base_run.label}: "
+                f"{len(base['pre_existing'])} failure(s) pre-existing there (xfail, not "
+                f"this change's); goldens compared with its tensors"
+            )
 
     # -- writing ---------------------------------------------------------------------------
     def _promote_goldens(self) -> None:
@@ -177,13 +189,20 @@ class RunSink:
             workers["controller"] = self.process_stats()
         for stats in workers.values():
             stats.pop("case_names", None)
-        extra = {"golden_set": golden_set_id(self.state.pipelines.settings.golden_dir), "shard": self.shard_label,
-                 "processes": workers, "checks": describe_checks(self.state.checks),
-                 "goldens_rewritten": self.goldens_rewritten, "orphan_goldens": self.orphan_goldens,
-                 "platform": platform_record(),  # the testbed the history keys series by
-                 "tico": identity(), "findings_strict": self.state.findings_strict, "run_id": self.state.run_id,
-                 "baseline": self._baseline_summary(),
-                 **self._findings_summary()}
+        extra = {
+            "golden_set": golden_set_id(self.state.pipelines.settings.golden_dir),
+            "shard": self.shard_label,
+            "processes": workers,
+            "checks": describe_checks(self.state.checks),
+            "goldens_rewritten": self.goldens_rewritten,
+            "orphan_goldens": self.orphan_goldens,
+            "platform": platform_record(),  # the testbed the history keys series by
+            "tico": identity(),
+            "findings_strict": self.state.findings_strict,
+            "run_id": self.state.run_id,
+            "baseline": self._baseline_summary(),
+            **self._findings_summary(),
+        }
         if self.drift_moves is not None:
             for record in self.collector.records.values():
                 label_record(record, self.drift_moves)

@@ -65,8 +65,10 @@ class StageError(RuntimeError):
             # and message as then, so the same items fail the same way (harness/failure_replay.py).
             recorded = error.recorded
             self.stage, self.error_type, self.error_text = recorded.stage, recorded.error_type, recorded.message
-            self.traceback_text = f"{recorded.traceback}\n(replayed from {error.source}: the same input " \
-                                  f"and code failed this way when the entry was written)"
+            self.traceback_text = (
+                f"{recorded.traceback}\n(replayed from {error.source}: the same input "
+                f"and code failed this way when the entry was written)"
+            )
             self.replayed_from = error.source
         else:
             self.stage = stage

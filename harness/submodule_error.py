@@ -36,7 +36,6 @@ import torch
 from harness import compat
 from harness.metrics import as_float
 
-
 # Errors of a wrapper and of what is upstream of it can partly cancel, but a wrapper whose call
 # alone is this much worse than the same wrapper in the model is flagged: the replay may lack
 # context its caller provides outside its arguments.
@@ -80,8 +79,11 @@ class _Noise:
 
 
 def _float_leaves(output: Any, valid: torch.Tensor | None) -> list[torch.Tensor]:
-    leaves = [leaf.detach() for leaf in compat.tree_leaves(output)
-              if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.numel()]
+    leaves = [
+        leaf.detach()
+        for leaf in compat.tree_leaves(output)
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.numel()
+    ]
     return _valid(leaves, valid)
 
 
@@ -96,8 +98,11 @@ def _wrappers(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     from tico.quantization.wrapq.wrappers.ptq_wrapper import PTQWrapper
     from tico.quantization.wrapq.wrappers.quant_module_base import QuantModuleBase
 
-    return [(path, module) for path, module in root.named_modules()
-            if isinstance(module, QuantModuleBase) and not isinstance(module, PTQWrapper)]
+    return [
+        (path, module)
+        for path, module in root.named_modules()
+        if isinstance(module, QuantModuleBase) and not isinstance(module, PTQWrapper)
+    ]
 
 
 def _record(wrappers, keep_inputs: bool):
@@ -106,6 +111,7 @@ def _record(wrappers, keep_inputs: bool):
     order: list[str] = []
     handles = []
     for path, module in wrappers:
+
         def pre(mod, args, kwargs, path=path):
             if path not in order:
                 order.append(path)
@@ -172,14 +178,26 @@ def submodule_errors(quantized: torch.nn.Module, sample: Any) -> list[SubmoduleE
             isolated.add(reference, _valid(_float_leaves(alone, None), valid))
         iso = isolated.sqnr_db() if isolated is not None else None
         prop = propagated.sqnr_db()
-        inherited = (iso - prop if iso is not None and prop is not None and math.isfinite(iso) and math.isfinite(prop)
-                     else None)
+        inherited = (
+            iso - prop if iso is not None and prop is not None and math.isfinite(iso) and math.isfinite(prop) else None
+        )
         if inherited is not None and inherited < -SUSPECT_REPLAY_DB and not note:
-            note = (f"alone it is {-inherited:.3g} dB worse than in the model: its forward may read state its caller "
-                    f"sets during the run, which a call alone does not see")
-        table.append(SubmoduleError(path=path or "<root>", wrapper=type(module).__name__, calls=len(quant_calls),
-                                    isolated_sqnr_db=iso, propagated_sqnr_db=prop, inherited_db=inherited,
-                                    outermost=index == 0, note=note))
+            note = (
+                f"alone it is {-inherited:.3g} dB worse than in the model: its forward may read state its caller "
+                f"sets during the run, which a call alone does not see"
+            )
+        table.append(
+            SubmoduleError(
+                path=path or "<root>",
+                wrapper=type(module).__name__,
+                calls=len(quant_calls),
+                isolated_sqnr_db=iso,
+                propagated_sqnr_db=prop,
+                inherited_db=inherited,
+                outermost=index == 0,
+                note=note,
+            )
+        )
     return table
 
 

@@ -47,23 +47,35 @@ def _groups(records: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dict[st
     return rows
 
 
-def render_summary_table(records: dict[str, dict[str, Any]], checks: Mapping[str, Mapping[str, Any]],
-                         width: int = WIDTH) -> str:
+def render_summary_table(
+    records: dict[str, dict[str, Any]], checks: Mapping[str, Mapping[str, Any]], width: int = WIDTH
+) -> str:
     rows = _groups(records)
     ordered = sorted(rows.items(), key=lambda kv: (not kv[1]["bad"], kv[0]))
     verdicts = []
     for (case, profile), row in ordered:
         counts = row["counts"]
-        verdicts.append([_clip(case, 44), _clip(profile, 24)] + [counts.get(o, 0) or "" for o, _ in _COUNTED]
-                        + [f"{row['seconds']:.1f}", _clip(", ".join(sorted(row["bad"])) or "", 30)])
-    parts = [tabulate(verdicts, headers=["case", "profile"] + [label for _, label in _COUNTED] + ["time s", "FAILED"],
-                      tablefmt="simple")]
+        verdicts.append(
+            [_clip(case, 44), _clip(profile, 24)]
+            + [counts.get(o, 0) or "" for o, _ in _COUNTED]
+            + [f"{row['seconds']:.1f}", _clip(", ".join(sorted(row["bad"])) or "", 30)]
+        )
+    parts = [
+        tabulate(
+            verdicts,
+            headers=["case", "profile"] + [label for _, label in _COUNTED] + ["time s", "FAILED"],
+            tablefmt="simple",
+        )
+    ]
     if len(ordered) > METRIC_ROWS:
         parts.append(f"headline metrics of the {len(ordered)} case rows: results.json and report.html")
         return "\n\n".join(parts)
     # Headline metrics this run measured, as many columns per table as fit the width.
-    columns = [c for c in headline_columns(checks)
-               if any(headline_values(row["records"], [c])[0] is not None for _, row in ordered)]
+    columns = [
+        c
+        for c in headline_columns(checks)
+        if any(headline_values(row["records"], [c])[0] is not None for _, row in ordered)
+    ]
     values = {key: headline_values(row["records"], columns) for key, row in ordered}
     start = 0
     while start < len(columns):

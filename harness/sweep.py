@@ -26,8 +26,15 @@ from typing import Any, Callable, Iterable, Mapping
 SET_MODES = ("each", "pairwise", "all")
 SWEEP_MODES = ("pr", "nightly", "off")
 # Case fields a variant may override; mappings are merged into the case's (settings per check).
-OVERRIDABLE = ("settings", "expected_failures", "not_applicable", "unused_observers", "qparam_allowlist",
-               "ungated_samples", "expected_observer_count")
+OVERRIDABLE = (
+    "settings",
+    "expected_failures",
+    "not_applicable",
+    "unused_observers",
+    "qparam_allowlist",
+    "ungated_samples",
+    "expected_observer_count",
+)
 _VALUE_RE = re.compile(r"^[A-Za-z0-9_.]+$")
 _AXIS_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # Above this many combinations the pairwise search would be slow; no tiny case needs it.
@@ -83,8 +90,10 @@ def _check_value(axis: str, value: Any) -> None:
         return
     if isinstance(value, str) and _VALUE_RE.match(value):
         return
-    raise SweepError(f"sweep.axes[{axis!r}]", f"value {value!r} must be an int, a bool or a string of "
-                     f"[A-Za-z0-9_.] (it becomes part of the node id)")
+    raise SweepError(
+        f"sweep.axes[{axis!r}]",
+        f"value {value!r} must be an int, a bool or a string of [A-Za-z0-9_.] (it becomes part of the node id)",
+    )
 
 
 def validate(sweep: Any, case_profiles: tuple[str, ...], callables: Mapping[str, Callable]) -> None:
@@ -99,8 +108,9 @@ def validate(sweep: Any, case_profiles: tuple[str, ...], callables: Mapping[str,
         if not isinstance(axis, str) or not _AXIS_RE.match(axis):
             raise SweepError("sweep.axes", f"axis name {axis!r} must match [a-z][a-z0-9_]*")
         if not isinstance(values, tuple) or len(values) < 2:
-            raise SweepError(f"sweep.axes[{axis!r}]", "must be a tuple of at least two values (the first is the "
-                             "baseline)")
+            raise SweepError(
+                f"sweep.axes[{axis!r}]", "must be a tuple of at least two values (the first is the baseline)"
+            )
         for value in values:
             _check_value(axis, value)
         texts = [format_value(v) for v in values]
@@ -129,22 +139,33 @@ def validate(sweep: Any, case_profiles: tuple[str, ...], callables: Mapping[str,
             raise SweepError(f"sweep.overrides[{selector!r}]", "must map case fields to values")
         bad = sorted(set(changes) - set(OVERRIDABLE))
         if bad:
-            raise SweepError(f"sweep.overrides[{selector!r}]", f"cannot override {', '.join(bad)} "
-                             f"(a variant may override {', '.join(OVERRIDABLE)})")
+            raise SweepError(
+                f"sweep.overrides[{selector!r}]",
+                f"cannot override {', '.join(bad)} (a variant may override {', '.join(OVERRIDABLE)})",
+            )
         if not any(_matches(wanted, values) for values in nightly):
             raise SweepError(f"sweep.overrides[{selector!r}]", "matches no variant the sweep runs, even nightly")
     for axis in sweep.axes:
         readers = [name for name, fn in callables.items() if axis in _parameters(fn)]
         if not readers:
-            raise SweepError(f"sweep.axes[{axis!r}]", f"is read by none of {', '.join(callables)}: name it as a "
-                             f"keyword parameter whose default is the baseline {sweep.axes[axis][0]!r}")
+            raise SweepError(
+                f"sweep.axes[{axis!r}]",
+                f"is read by none of {', '.join(callables)}: name it as a "
+                f"keyword parameter whose default is the baseline {sweep.axes[axis][0]!r}",
+            )
         for name in readers:
             default = _parameters(callables[name])[axis].default
-            if default is inspect.Parameter.empty or default != sweep.axes[axis][0] \
-                    or type(default) is not type(sweep.axes[axis][0]):
-                raise SweepError(f"sweep.axes[{axis!r}]", f"{name}'s default for {axis!r} is "
-                                 f"{'missing' if default is inspect.Parameter.empty else repr(default)}, not the "
-                                 f"baseline {sweep.axes[axis][0]!r}: the unswept case must be the baseline")
+            if (
+                default is inspect.Parameter.empty
+                or default != sweep.axes[axis][0]
+                or type(default) is not type(sweep.axes[axis][0])
+            ):
+                raise SweepError(
+                    f"sweep.axes[{axis!r}]",
+                    f"{name}'s default for {axis!r} is "
+                    f"{'missing' if default is inspect.Parameter.empty else repr(default)}, not the "
+                    f"baseline {sweep.axes[axis][0]!r}: the unswept case must be the baseline",
+                )
 
 
 def _parameters(fn: Callable) -> Mapping[str, inspect.Parameter]:
@@ -152,8 +173,11 @@ def _parameters(fn: Callable) -> Mapping[str, inspect.Parameter]:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return {}
-    return {name: p for name, p in params.items()
-            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    return {
+        name: p
+        for name, p in params.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
 
 
 def parse_selector(sweep: Sweep, selector: Any, where: str) -> dict[str, Any]:
@@ -170,8 +194,9 @@ def parse_selector(sweep: Sweep, selector: Any, where: str) -> dict[str, Any]:
             raise SweepError(where, f"selector {selector!r} names no axis {axis!r} (axes: {', '.join(sweep.axes)})")
         found = [v for v in sweep.axes[axis] if format_value(v) == text]
         if not found:
-            raise SweepError(where, f"selector {selector!r}: {text!r} is not a value of {axis!r} "
-                             f"{tuple(sweep.axes[axis])}")
+            raise SweepError(
+                where, f"selector {selector!r}: {text!r} is not a value of {axis!r} {tuple(sweep.axes[axis])}"
+            )
         if axis in out:
             raise SweepError(where, f"selector {selector!r} names {axis!r} twice")
         out[axis] = found[0]
@@ -184,8 +209,11 @@ def _matches(wanted: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
 
 def make_variant(sweep: Sweep, chosen: Mapping[str, Any]) -> Variant:
     values = tuple((axis, chosen.get(axis, vals[0])) for axis, vals in sweep.axes.items())
-    label = ",".join(f"{axis}={format_value(value)}" for (axis, value), vals in zip(values, sweep.axes.values())
-                     if format_value(value) != format_value(vals[0]))
+    label = ",".join(
+        f"{axis}={format_value(value)}"
+        for (axis, value), vals in zip(values, sweep.axes.values())
+        if format_value(value) != format_value(vals[0])
+    )
     return Variant(values=values, label=label)
 
 
@@ -276,8 +304,13 @@ def expand(case: Any, variant: Variant) -> Any:
             changes.update(_merge(staged, override))
             staged = dataclasses.replace(staged, **changes)
     return dataclasses.replace(
-        case, **changes, build=_bind(case.build, values), ptq_config=_bind(case.ptq_config, values),
-        golden_profiles=(), variant=variant)
+        case,
+        **changes,
+        build=_bind(case.build, values),
+        ptq_config=_bind(case.ptq_config, values),
+        golden_profiles=(),
+        variant=variant,
+    )
 
 
 def group_label(case: Any, profile: str) -> str:

@@ -89,8 +89,12 @@ def identity() -> dict[str, Any]:
         pass
     if dist_dir is not None and dist_dir != root.parent and kind != "editable":
         kind = "path"  # a tree put first on PYTHONPATH, in front of the installed distribution
-    record: dict[str, Any] = {"version": version, "location": str(root), "install": kind,
-                              "source_sha256": source_fingerprint(root)}
+    record: dict[str, Any] = {
+        "version": version,
+        "location": str(root),
+        "install": kind,
+        "source_sha256": source_fingerprint(root),
+    }
     if url:
         record["url"] = url
     requested = os.environ.get(REQUESTED_ENV)

@@ -56,22 +56,35 @@ def contrast(pipeline, real, *, max_sites: int) -> dict[str, Any]:
     rows = []
     for path in dict.fromkeys(top_real + top_random):
         r, q = real_gain.get(path), random_gain.get(path)
-        rows.append({"path": path, "real_gain_db": r, "random_gain_db": q,
-                     "real_minus_random_db": None if r is None or q is None else r - q,
-                     "boundary": boundary.get(path)})
+        rows.append(
+            {
+                "path": path,
+                "real_gain_db": r,
+                "random_gain_db": q,
+                "real_minus_random_db": None if r is None or q is None else r - q,
+                "boundary": boundary.get(path),
+            }
+        )
     rows.sort(key=lambda row: -(row["real_gain_db"] if row["real_gain_db"] is not None else -math.inf))
     deltas = [row for row in rows if row["real_minus_random_db"] is not None]
-    dominant = sorted((row for row in deltas if row["real_minus_random_db"] > DOMINANT_MARGIN_DB),
-                      key=lambda row: -row["real_minus_random_db"])
+    dominant = sorted(
+        (row for row in deltas if row["real_minus_random_db"] > DOMINANT_MARGIN_DB),
+        key=lambda row: -row["real_minus_random_db"],
+    )
     interior_random = [g for p, g in random_gain.items() if g is not None and boundary.get(p) is None]
     return {
         "sqnr_db": random.sqnr_db,
         "peir": random.peir,
         "evaluated": random.evaluated,
         "top_site_gain_db": max(interior_random, default=0.0),
-        "max_real_minus_random_db": max((real_gain[p] - random_gain[p] for p in real_gain
-                                         if real_gain[p] is not None and random_gain.get(p) is not None),
-                                        default=0.0),
+        "max_real_minus_random_db": max(
+            (
+                real_gain[p] - random_gain[p]
+                for p in real_gain
+                if real_gain[p] is not None and random_gain.get(p) is not None
+            ),
+            default=0.0,
+        ),
         "rows": rows,
         "real_dominant": [row["path"] for row in dominant],
         "margin_db": DOMINANT_MARGIN_DB,

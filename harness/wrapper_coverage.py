@@ -11,7 +11,8 @@ The plugin attaches the result to the last item of each case group (``wrapper_co
 that item's record in results.json), so it travels with pytest's reports and merges across
 xdist workers like every other record field. ``wrapper_coverage.json`` (committed) is the
 same measurement for every tiny case, taken by ``python -m harness wrappers --measure
---write``; the table in docs/wrapper-coverage.md and the reasons check (``cases/wrapper_coverage_reasons.toml``) read it.
+--write``; the table in docs/wrapper-coverage.md and the reasons check
+(``cases/wrapper_coverage_reasons.toml``) read it.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def registered_wrappers() -> dict[type, list[type]]:
         raise RuntimeError(
             "tico.quantization.wrapq.wrappers.registry has no non-empty _WRAPPERS dict "
             f"(got {type(table).__name__}); tico offers no public way to list its wrappers, so "
-            "harness.wrapper_coverage.registered_wrappers must be updated for this tico")
+            "harness.wrapper_coverage.registered_wrappers must be updated for this tico"
+        )
     out: dict[type, list[type]] = {}
     for fp_cls, wrapper_cls in table.items():
         out.setdefault(wrapper_cls, []).append(fp_cls)
@@ -71,8 +73,10 @@ def tico_wrappers(registered: dict[type, list[type]] | None = None) -> dict[str,
             continue
         name = wrapper_cls.__name__
         if name in out:
-            raise RuntimeError(f"two registered tico wrappers are named {name}: {out[name]['module']} and "
-                               f"{wrapper_cls.__module__}; key the coverage map by full name")
+            raise RuntimeError(
+                f"two registered tico wrappers are named {name}: {out[name]['module']} and "
+                f"{wrapper_cls.__module__}; key the coverage map by full name"
+            )
         out[name] = {"module": wrapper_cls.__module__, "float_classes": sorted(_name(c) for c in fp_classes)}
     return out
 
@@ -92,8 +96,12 @@ def record_forwards(ran: set[int]) -> Iterator[None]:
         handle.remove()
 
 
-def measure(root: torch.nn.Module, ran: set[int], registered: dict[type, list[type]] | None = None,
-            reference: torch.nn.Module | None = None) -> dict[str, Any]:
+def measure(
+    root: torch.nn.Module,
+    ran: set[int],
+    registered: dict[type, list[type]] | None = None,
+    reference: torch.nn.Module | None = None,
+) -> dict[str, Any]:
     """The coverage record of one quantized tree, given the ids of modules that ran in QUANT;
     with ``reference``, also the registered float classes the float module hands to prepare."""
     from tico.quantization.wrapq.wrappers.ptq_wrapper import PTQWrapper
@@ -117,8 +125,11 @@ def measure(root: torch.nn.Module, ran: set[int], registered: dict[type, list[ty
                     as_child[name] = as_child.get(name, 0) + 1
         elif isinstance(module, QuantModuleBase) and cls is not PTQWrapper:
             unregistered[_name(cls)] = unregistered.get(_name(cls), 0) + 1
-    floats = sorted({_name(type(m)) for m in reference.modules()
-                     if any(type(m) in fps for fps in registered.values())}) if reference is not None else None
+    floats = (
+        sorted({_name(type(m)) for m in reference.modules() if any(type(m) in fps for fps in registered.values())})
+        if reference is not None
+        else None
+    )
     return {
         "float_classes": floats,
         "root": root_name,
@@ -176,16 +187,22 @@ def problems(registered: Iterable[str], agg: dict[str, dict[str, list[str]]], re
     for name in sorted(registered - ran - set(reasons)):
         where = agg.get(name, {}).get("instantiated_only")
         extra = f" (instantiated but never run in QUANT by: {', '.join(where)})" if where else ""
-        found.append(f"{name}: registered in tico, exercised by no case, and no reason is stated in "
-                     f"cases/wrapper_coverage_reasons.toml{extra}")
+        found.append(
+            f"{name}: registered in tico, exercised by no case, and no reason is stated in "
+            f"cases/wrapper_coverage_reasons.toml{extra}"
+        )
     for name in sorted(set(reasons) & ran):
         slot = agg[name]
-        found.append(f"{name}: a reason is stated in cases/wrapper_coverage_reasons.toml, but cases now exercise it "
-                     f"(standalone: {', '.join(slot['standalone']) or '-'}; child: {', '.join(slot['child']) or '-'}); "
-                     "remove the stale entry")
+        found.append(
+            f"{name}: a reason is stated in cases/wrapper_coverage_reasons.toml, but cases now exercise it "
+            f"(standalone: {', '.join(slot['standalone']) or '-'}; child: {', '.join(slot['child']) or '-'}); "
+            "remove the stale entry"
+        )
     for name in sorted(set(reasons) - registered):
-        found.append(f"{name}: a reason is stated in cases/wrapper_coverage_reasons.toml, but tico no longer registers "
-                     "a wrapper of that name; remove the stale entry")
+        found.append(
+            f"{name}: a reason is stated in cases/wrapper_coverage_reasons.toml, but tico no longer registers "
+            "a wrapper of that name; remove the stale entry"
+        )
     for name, reason in sorted(reasons.items()):
         if not isinstance(reason, str) or len(reason.strip()) < 20:
             found.append(f"{name}: the stated reason {reason!r} is not a reason (write why no case exercises it)")
@@ -238,18 +255,25 @@ def table(per_case: dict[str, dict[str, Any]], reasons: dict[str, str], register
     for name in names:
         slot = agg.get(name, {"standalone": [], "child": [], "instantiated_only": []})
         floats = registered.get(name, {}).get("float_classes")
-        floats_cell = ", ".join(f"`{f.rsplit('.', 1)[1]}`" + ("" if f in reached else " (no case)")
-                                for f in floats) if floats else "out of tree"
+        floats_cell = (
+            ", ".join(f"`{f.rsplit('.', 1)[1]}`" + ("" if f in reached else " (no case)") for f in floats)
+            if floats
+            else "out of tree"
+        )
         why = ""
         if name not in ran:
             why = reasons.get(name, "**no reason stated**")
             if slot["instantiated_only"]:
                 why += f" (instantiated, never run in QUANT: {_cases_cell(slot['instantiated_only'], 3)})"
-        lines.append(f"| `{name}` | {floats_cell} | {_cases_cell(slot['standalone'])} | "
-                     f"{_cases_cell(slot['child'])} | {why} |")
-    lines += ["", "standalone: the case's root wrapper ran in QUANT; as a child: an instance inside a case's "
-              "wrapper tree ran in QUANT; (no case): a registered float class no case's float module contains "
-              "(its wrapper may still run for another float class)."]
+        lines.append(
+            f"| `{name}` | {floats_cell} | {_cases_cell(slot['standalone'])} | {_cases_cell(slot['child'])} | {why} |"
+        )
+    lines += [
+        "",
+        "standalone: the case's root wrapper ran in QUANT; as a child: an instance inside a case's "
+        "wrapper tree ran in QUANT; (no case): a registered float class no case's float module contains "
+        "(its wrapper may still run for another float class).",
+    ]
     return "\n".join(lines)
 
 
@@ -269,7 +293,7 @@ def write_readme(text: str, readme: Path = ROOT / "docs" / "wrapper-coverage.md"
 
 def readme_table(readme: Path = ROOT / "docs" / "wrapper-coverage.md") -> str:
     content = readme.read_text()
-    return content[content.index(BEGIN) + len(BEGIN):content.index(END)].strip()
+    return content[content.index(BEGIN) + len(BEGIN) : content.index(END)].strip()
 
 
 def timed(fn, *args) -> tuple[Any, float]:

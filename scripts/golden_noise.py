@@ -34,8 +34,12 @@ SELECTIONS: dict[str, dict[str, str]] = {
     "avx2-1t": {"ATEN_CPU_CAPABILITY": "avx2", "WRAPQ_THREADS": "1"},
     "default-1t": {"ATEN_CPU_CAPABILITY": "default", "WRAPQ_THREADS": "1"},
     "default-2t": {"ATEN_CPU_CAPABILITY": "default", "WRAPQ_THREADS": "2"},
-    "sse4-1t": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
-                "ONEDNN_MAX_CPU_ISA": "SSE41", "WRAPQ_THREADS": "1"},
+    "sse4-1t": {
+        "ATEN_CPU_CAPABILITY": "default",
+        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+        "WRAPQ_THREADS": "1",
+    },
 }
 # Defects are measured under the fastest and the slowest kernel selection.
 DEFECT_SELECTIONS = ("native-1t", "default-1t")
@@ -115,8 +119,11 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (each uses its own threads)")
     parser.add_argument("--fresh", action="store_true", help="recompute runs already on disk")
     parser.add_argument("--markdown", default="", help="write the per-case table to this file as well")
-    parser.add_argument("--write-noise", action="store_true",
-                        help="write the measured noise to golden/noise.json (the per-tensor limits; review the diff)")
+    parser.add_argument(
+        "--write-noise",
+        action="store_true",
+        help="write the measured noise to golden/noise.json (the per-tensor limits; review the diff)",
+    )
     parser.add_argument("--collect", default="", help=argparse.SUPPRESS)
     parser.add_argument("--defect", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -17,8 +17,9 @@ import torch
 
 from harness import compat
 from harness.catalog import load_cases
+from harness.circle_alignment import aligned_to_circle
 from harness.pipeline import Pipeline, RunSettings
-from harness.qparam_consistency import aligned_to_circle, bias_off_rule, bias_steps_off
+from harness.qparam_records import bias_off_rule, bias_steps_off
 
 
 def _recording(twin: torch.nn.Module, applied: list[dict]) -> dict[str, list[torch.Tensor]]:
@@ -56,8 +57,9 @@ def main() -> int:
         parser.error(f"unknown case {options.case!r}")
     case = cases[options.case]
     root = Path.cwd() / ".wrapq-cache"
-    pipeline = Pipeline(case, options.profile, settings=RunSettings(circle_cache_dir=root / "circle",
-                                                                    export_cache_dir=root / "export"))
+    pipeline = Pipeline(
+        case, options.profile, settings=RunSettings(circle_cache_dir=root / "circle", export_cache_dir=root / "export")
+    )
     audit = pipeline.circle.audit
     name = pipeline.export_sample_name
     args = case.export.args(pipeline.sample(name))
@@ -66,11 +68,19 @@ def main() -> int:
         float_bias = adapter.get_parameter(record["parameter"])
         off, size = bias_steps_off(record, float_bias), np.abs(record["values"])
         worst = int(off.argmax())
-        print(f"bias {record['parameter']}: max |q| {size.max():.3g}; {off[worst]:.4f} steps from the float bias "
-              f"at |q| {size[worst]:.3g} ({bias_off_rule(record, float_bias) or 'accepted'})")
-    twin, why = aligned_to_circle(adapter, audit.applied, audit.overwritten,
-                                  audit.requantized, audit.redundant, inputs=pipeline.circle.input_quantization,
-                                  biases=[] if options.no_biases else audit.quantized_biases)
+        print(
+            f"bias {record['parameter']}: max |q| {size.max():.3g}; {off[worst]:.4f} steps from the float bias "
+            f"at |q| {size[worst]:.3g} ({bias_off_rule(record, float_bias) or 'accepted'})"
+        )
+    twin, why = aligned_to_circle(
+        adapter,
+        audit.applied,
+        audit.overwritten,
+        audit.requantized,
+        audit.redundant,
+        inputs=pipeline.circle.input_quantization,
+        biases=[] if options.no_biases else audit.quantized_biases,
+    )
     if twin is None:
         print("no aligned copy:", "; ".join(why))
         return 1
@@ -103,8 +113,10 @@ def main() -> int:
         quant = program.tensor(tensor).quantization
         step = float(quant.scale[0]) if quant is not None and len(quant.scale or ()) == 1 else record["scale"]
         steps = (circle - ours).abs() / step
-        print(f"{record['ordinal']:4d} {record['tensor']:24s} max {float(steps.max()):.3g} steps, "
-              f"{int((steps > 0.5).sum())} of {steps.numel()} elements apart  ({observer})")
+        print(
+            f"{record['ordinal']:4d} {record['tensor']:24s} max {float(steps.max()):.3g} steps, "
+            f"{int((steps > 0.5).sum())} of {steps.numel()} elements apart  ({observer})"
+        )
     return 0
 
 

@@ -22,14 +22,28 @@ from harness.report import history
 
 FAMILIES = ("llama", "qwen3_vl", "gemma4", "nn", "cnn")
 PROFILES = ("tiny", "e2b_dims", "static_runtime")
-PLATFORM = {"cpu": "Synthetic Xeon", "machine": "x86_64", "cpu_capability": "AVX512", "blas": "MKL",
-            "torch_threads": 1, "env": {}}
+PLATFORM = {
+    "cpu": "Synthetic Xeon",
+    "machine": "x86_64",
+    "cpu_capability": "AVX512",
+    "blas": "MKL",
+    "torch_threads": 1,
+    "env": {},
+}
 C_OLD, C_NEW = "1111111aaaaaaa", "2222222bbbbbbb"
 METRICS = {  # check -> {metric: (typical value, relative jitter)}
-    "quant_accuracy": {"peir": (0.05, 0.004), "mean_abs_diff": (0.01, 0.004), "max_abs_diff": (0.1, 0.004),
-                       "sqnr_db": (30.0, 0.002), "cosine": (0.999, 0.0001)},
-    "circle_replay": {"fake_quantize_max_steps": (1.0, 0.0), "fake_quantize_mean_steps": (0.2, 0.01),
-                      "fake_quantize_max_abs_diff": (0.02, 0.01)},
+    "quant_accuracy": {
+        "peir": (0.05, 0.004),
+        "mean_abs_diff": (0.01, 0.004),
+        "max_abs_diff": (0.1, 0.004),
+        "sqnr_db": (30.0, 0.002),
+        "cosine": (0.999, 0.0001),
+    },
+    "circle_replay": {
+        "fake_quantize_max_steps": (1.0, 0.0),
+        "fake_quantize_mean_steps": (0.2, 0.01),
+        "fake_quantize_max_abs_diff": (0.02, 0.01),
+    },
     "golden": {"drifted": (0.0, 0.0), "worst_score": (0.3, 0.01)},
     "qparam_audit": {"missing_qparam": (2.0, 0.0)},
     "torch_export": {"max_abs_diff": (1e-6, 0.02)},
@@ -45,12 +59,20 @@ def case_names(cases: int) -> list[str]:
 
 def ack_toml() -> str:
     case, profile, check, metric = ACKNOWLEDGED
-    return (f'[[acknowledged]]\ncase = "{case}"\nprofile = "{profile}"\ncheck = "{check}"\nmetric = "{metric}"\n'
-            f'commit = "{C_NEW[:8]}"\nreason = "int16 mask observer: SQNR moves by design"\n')
+    return (
+        f'[[acknowledged]]\ncase = "{case}"\nprofile = "{profile}"\ncheck = "{check}"\nmetric = "{metric}"\n'
+        f'commit = "{C_NEW[:8]}"\nreason = "int16 mask observer: SQNR moves by design"\n'
+    )
 
 
-def build(db: Path, cases: int = 50, profiles: tuple[str, ...] = PROFILES, nights: int = 100, noisy: bool = True,
-          seed: int = 0) -> Path:
+def build(
+    db: Path,
+    cases: int = 50,
+    profiles: tuple[str, ...] = PROFILES,
+    nights: int = 100,
+    noisy: bool = True,
+    seed: int = 0,
+) -> Path:
     rng = random.Random(seed)
     checks = describe_checks(all_checks())
     names = case_names(cases)
@@ -71,13 +93,29 @@ def build(db: Path, cases: int = 50, profiles: tuple[str, ...] = PROFILES, night
                         if bump and key == BUMP:
                             value = 3.0
                         values[metric] = value
-                    results.append({"nodeid": f"cases/{FAMILIES[c % len(FAMILIES)]}.py::{case}[{profile}]::{check}",
-                                    "case": case, "profile": profile, "check": check,
-                                    "family": FAMILIES[c % len(FAMILIES)], "outcome": "passed", "metrics": values})
-        doc = {"schema": 1, "results": results,
-               "run": {"started_at": f"2026-{1 + night // 28:02d}-{1 + night % 28:02d}T02:00:00Z",
-                       "commit": C_NEW if last else C_OLD, "profiles": list(profiles), "exitstatus": 0,
-                       "versions": {"torch": "2.13.0", "tico": "0.3.1" if bump else "0.3.0"},
-                       "checks": checks, "platform": PLATFORM}}
+                    results.append(
+                        {
+                            "nodeid": f"cases/{FAMILIES[c % len(FAMILIES)]}.py::{case}[{profile}]::{check}",
+                            "case": case,
+                            "profile": profile,
+                            "check": check,
+                            "family": FAMILIES[c % len(FAMILIES)],
+                            "outcome": "passed",
+                            "metrics": values,
+                        }
+                    )
+        doc = {
+            "schema": 1,
+            "results": results,
+            "run": {
+                "started_at": f"2026-{1 + night // 28:02d}-{1 + night % 28:02d}T02:00:00Z",
+                "commit": C_NEW if last else C_OLD,
+                "profiles": list(profiles),
+                "exitstatus": 0,
+                "versions": {"torch": "2.13.0", "tico": "0.3.1" if bump else "0.3.0"},
+                "checks": checks,
+                "platform": PLATFORM,
+            },
+        }
         history.append_run(db, doc)
     return db

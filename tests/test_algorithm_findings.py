@@ -132,8 +132,9 @@ def test_qwen3_vl_vision_qkv_fold_is_missing_from_the_gptq_handoff(monkeypatch):
 
     from tico.quantization.recipes import qparams
 
-    case = dataclasses.replace({c.name: c for c in algorithms.CASES}["qwen3_vl_gptq_for_conditional_generation"],
-                               export=None)
+    case = dataclasses.replace(
+        {c.name: c for c in algorithms.CASES}["qwen3_vl_gptq_for_conditional_generation"], export=None
+    )
     broken = run_check(case, "algorithm_handoff", profile=algorithms.NIGHTLY)
     assert broken.problems and all(".attn.qkv:" in p for p in broken.problems), broken.problems
 
@@ -144,7 +145,7 @@ def test_qwen3_vl_vision_qkv_fold_is_missing_from_the_gptq_handoff(monkeypatch):
         if module.fp_name.endswith("attn.qkv"):
             rows = scale.numel() // 3
             scale = scale.clone()
-            scale[rows: 2 * rows] *= FOLD[module.fp_name]
+            scale[rows : 2 * rows] *= FOLD[module.fp_name]
         return obs_, scale, zero
 
     FOLD = {}
@@ -154,7 +155,7 @@ def test_qwen3_vl_vision_qkv_fold_is_missing_from_the_gptq_handoff(monkeypatch):
 
     def recording_init(self, attn_fp, *args, **kwargs):
         original_init(self, attn_fp, *args, **kwargs)
-        FOLD[self.qkv.wrapped.fp_name] = float(getattr(attn_fp, "scaling", self.head_dim ** -0.5))
+        FOLD[self.qkv.wrapped.fp_name] = float(getattr(attn_fp, "scaling", self.head_dim**-0.5))
 
     monkeypatch.setattr(QuantQwen3VLVisionAttention, "__init__", recording_init)
     monkeypatch.setattr(qparams, "_validated_gptq_qparams", refolded)

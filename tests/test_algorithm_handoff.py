@@ -23,9 +23,27 @@ def test_clean_algorithm_checks_pass_under_the_scalar_kernels(tmp_path):
     """Both checks on every algorithm case pass with ATEN_CPU_CAPABILITY=default (scalar kernels,
     where seeded randn takes another path)."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:randomly", "cases/algorithms.py",
-                           "-k", "algorithm_handoff or algorithm_gain", f"--wrapq-report-dir={tmp_path / 'reports'}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "0",
+            "-p",
+            "no:randomly",
+            "cases/algorithms.py",
+            "-k",
+            "algorithm_handoff or algorithm_gain",
+            f"--wrapq-report-dir={tmp_path / 'reports'}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     tiny = [case for case in CASES if "tiny" in case.profiles]
     assert done.stdout.splitlines()[-1].startswith(f"{2 * len(tiny)} passed"), done.stdout[-1000:]

@@ -81,8 +81,9 @@ def test_the_seeded_observer_makes_its_submodule_the_error_origin():
 def test_a_step_wider_than_the_values_to_resolve_is_named():
     result = CHECKS["attribution"].run(_widened(MLP, SITE, 512.0))
     text = problems_text(result)
-    assert re.search(rf"^site {re.escape(SITE)}: step \S+ exceeds 1/1 of the range \S+ of the values it must resolve",
-                     text, re.M), text
+    assert re.search(
+        rf"^site {re.escape(SITE)}: step \S+ exceeds 1/1 of the range \S+ of the values it must resolve", text, re.M
+    ), text
 
 
 def test_resolved_range_takes_the_logits_cluster_not_the_mask_fill():
@@ -106,7 +107,8 @@ def test_clean_qwen3_vl_text_attention_prefill_is_the_diagnosed_mask_add():
     result = run_clean_check(ATTENTION, "attribution")
     assert [p.split(" gains ")[0] for p in result.problems] == ["site wrapped.obs_mask_add"], result.problems
     verdict = __import__("harness.expectations", fromlist=["judge"]).judge(
-        ATTENTION.expected_failures["attribution"], result.problems)
+        ATTENTION.expected_failures["attribution"], result.problems
+    )
     assert verdict.expected, verdict.message
     assert result.evidence["sites"][0]["path"] == "wrapped.obs_mask_add"
     assert result.evidence["sites"][0]["split"] is True
@@ -119,17 +121,25 @@ def test_the_check_does_not_touch_the_shared_tree():
     CHECKS["attribution"].run(pipeline)
     after = pipeline.quantized.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
-    assert all(obs.fake_quant_enabled and "fake_quant" not in vars(obs)
-               for obs in pipeline.quantized.modules() if hasattr(obs, "fake_quant_enabled"))
+    assert all(
+        obs.fake_quant_enabled and "fake_quant" not in vars(obs)
+        for obs in pipeline.quantized.modules()
+        if hasattr(obs, "fake_quant_enabled")
+    )
     with torch.no_grad():
         again = MLP.output(pipeline.sample("default").call(pipeline.quantized))
     assert torch.equal(again, out)
 
 
 def test_explain_ranks_mask_add_first():
-    done = subprocess.run([sys.executable, "-m", "harness", "explain", "qwen3_vl_text_attention_prefill", "--top", "3"],
-                          cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "explain", "qwen3_vl_text_attention_prefill", "--top", "3"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert re.match(r"^qwen3_vl_text_attention_prefill \[tiny\] .*SQNR as is \d+\.\d+ dB", lines[0]), lines[0]
@@ -139,9 +149,14 @@ def test_explain_ranks_mask_add_first():
 
 def test_explain_builds_a_sweep_variant_and_refuses_a_value_no_axis_declares():
     def explain(*args):
-        return subprocess.run([sys.executable, "-m", "harness", "explain", "llama_attention_prefill", *args],
-                              cwd=REPO, capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        return subprocess.run(
+            [sys.executable, "-m", "harness", "explain", "llama_attention_prefill", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
 
     done = explain("--variant", "kv_heads=2", "--top", "2")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -152,11 +167,28 @@ def test_explain_builds_a_sweep_variant_and_refuses_a_value_no_axis_declares():
 
 def test_clean_cases_pass_under_the_scalar_kernels(tmp_path):
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(REPO)}
-    selection = ("attribution and tiny and (qwen3_vl_text_mlp or qwen3_vl_text_attention_prefill or nn_layernorm "
-                 "or gemma4_text_attention_prefill)")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-k", selection,
-                           f"--wrapq-report-dir={tmp_path / 'reports'}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    selection = (
+        "attribution and tiny and (qwen3_vl_text_mlp or qwen3_vl_text_attention_prefill or nn_layernorm "
+        "or gemma4_text_attention_prefill)"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "2",
+            "-k",
+            selection,
+            f"--wrapq-report-dir={tmp_path / 'reports'}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-4000:]
     assert done.stdout.splitlines()[-1].startswith("3 passed, 1 xfailed"), done.stdout[-1000:]
 

@@ -34,8 +34,11 @@ def _table(result) -> list[tuple]:
 def test_a_hit_is_the_attribution_a_cold_run_computes(tmp_path):
     cold = _run(None)
     first, warm = _run(tmp_path), _run(tmp_path)
-    assert (cold.evidence["attribution_cache"], first.evidence["attribution_cache"],
-            warm.evidence["attribution_cache"]) == ("off", "miss", "hit")
+    assert (
+        cold.evidence["attribution_cache"],
+        first.evidence["attribution_cache"],
+        warm.evidence["attribution_cache"],
+    ) == ("off", "miss", "hit")
     assert _table(warm) == _table(first) == _table(cold)
     assert warm.metrics == cold.metrics and warm.problems == cold.problems and warm.passed
 

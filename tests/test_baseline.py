@@ -34,11 +34,19 @@ def test_signature_ignores_numbers_install_paths_and_line_numbers():
 
 
 def test_a_failure_is_pre_existing_only_when_the_base_failed_the_same_way_and_no_metric_got_worse():
-    base = baseline.BaseRun(Path("/b/results.json"), "r1", {"version": "0.3.0"}, {
-        "n": {"outcome": "failed", "problems": ["[default] mean |diff| 0.2 exceeds threshold 0.08"],
-              "metrics": {"mean_abs_diff": 0.2}},
-        "passed": {"outcome": "passed", "problems": [], "metrics": {}},
-    })
+    base = baseline.BaseRun(
+        Path("/b/results.json"),
+        "r1",
+        {"version": "0.3.0"},
+        {
+            "n": {
+                "outcome": "failed",
+                "problems": ["[default] mean |diff| 0.2 exceeds threshold 0.08"],
+                "metrics": {"mean_abs_diff": 0.2},
+            },
+            "passed": {"outcome": "passed", "problems": [], "metrics": {}},
+        },
+    )
     tracked = [("mean_abs_diff", "lower")]
     same = ["[default] mean |diff| 0.201 exceeds threshold 0.08"]
     assert baseline.pre_existing(base, "n", same, {"mean_abs_diff": 0.201}, tracked)
@@ -85,8 +93,21 @@ def _edit(directory: Path, edit) -> None:
 
 
 def _run(report: Path, golden_dir: Path, *extra: str) -> dict:
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "--sweep", "off", "-k", f"{CASE} and golden",
-           f"--golden-dir={golden_dir}", f"--wrapq-report-dir={report}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:xdist",
+        "-q",
+        "--sweep",
+        "off",
+        "-k",
+        f"{CASE} and golden",
+        f"--golden-dir={golden_dir}",
+        f"--wrapq-report-dir={report}",
+        *extra,
+    ]
     subprocess.run(cmd, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=600)
     doc = json.loads((report / "results.json").read_text())
     (record,) = [r for r in doc["results"] if r["check"] == "golden"]
@@ -105,8 +126,10 @@ def test_a_value_that_moved_in_the_base_already_is_not_blamed_on_the_change(tmp_
     assert head["run"]["baseline"]["run_id"] == base["run"]["run_id"]
 
     # The head's tensors differ from the base's: that is the change's, and red.
-    _edit(tmp_path / "base" / baseline.RUN_GOLDEN_DIR,
-          lambda t: t.__setitem__("quant_output.default", t["quant_output.default"] - 0.5))
+    _edit(
+        tmp_path / "base" / baseline.RUN_GOLDEN_DIR,
+        lambda t: t.__setitem__("quant_output.default", t["quant_output.default"] - 0.5),
+    )
     changed = _run(tmp_path / "changed", golden_dir, f"--baseline={tmp_path / 'base'}")
     assert changed["record"]["outcome"] == "failed"
     assert any("compared with the base run" in p for p in changed["record"]["problems"])

@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from harness.report import dashboard
 from harness.report.html import write_report
 from tests.report_fixture import results_doc
 
@@ -70,12 +71,23 @@ def test_an_xfailed_case_shows_its_attribution_in_chromium(chromium, tmp_path):
     case = next(c for c in CASES if c.name == "qwen3_vl_text_attention_prefill")
     result = run_clean_check(case, "attribution")
     doc = results_doc()
-    doc["results"].append(record(case.name, "attribution", outcome="xfailed", message="obs_mask_add (diagnosed)",
-                                 metrics=result.metrics, evidence=result.evidence, problems=result.problems))
+    doc["results"].append(
+        record(
+            case.name,
+            "attribution",
+            outcome="xfailed",
+            message="obs_mask_add (diagnosed)",
+            metrics=result.metrics,
+            evidence=result.evidence,
+            problems=result.problems,
+        )
+    )
     report = write_report(doc, tmp_path / "report.html")
     done = subprocess.run(
         [chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", report.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     dom = done.stdout
@@ -85,28 +97,37 @@ def test_an_xfailed_case_shows_its_attribution_in_chromium(chromium, tmp_path):
     assert "Per wrapped submodule" in dom and "<td>wrapped.q_proj.wrapped</td>" in dom
 
 
-DASHBOARD_BUDGET = 2_000_000  # bytes: 50 cases x 3 profiles x 30 nights (1800 series), every value jittered; measured 1.55 MB
+DASHBOARD_BUDGET = (
+    2_000_000  # bytes: 50 cases x 3 profiles x 30 nights (1800 series), every value jittered; measured 1.55 MB
+)
 
 
 def test_dashboard_overview_and_an_expanded_chart_render_in_chromium(chromium, tmp_path):
     """Issue #21: 30 synthetic nights x a 50-case set in five families x 3 profiles, with one
     regression after a commit, one acknowledged change and one dependency bump. Opened with a
     URL fragment naming the regression's series, whose chart the page builds on load."""
-    from harness.report import alerts, history
+    from harness.report import alerts
     from tests import dashboard_fixture as fx
 
     db = fx.build(tmp_path / "h.sqlite", cases=50, nights=30, noisy=True)
     (tmp_path / "ack.toml").write_text(fx.ack_toml())
     out = tmp_path / "dashboard.html"
-    summary = history.dashboard(db, out, acknowledgements=alerts.load_acknowledgements(tmp_path / "ack.toml"))
+    summary = dashboard.dashboard(db, out, acknowledgements=alerts.load_acknowledgements(tmp_path / "ack.toml"))
     assert summary["regressions"] == [fx.BUMP, fx.REGRESSION] and summary["acknowledged"] == [fx.ACKNOWLEDGED]
     size = out.stat().st_size
     assert size < DASHBOARD_BUDGET, f"dashboard is {size} bytes (budget {DASHBOARD_BUDGET})"
     regression = next(e for e in summary["regression_entries"] if e["metric"] == "peir")
     done = subprocess.run(
-        [chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
-         f"{out.as_uri()}#s{regression['index']}"],
-        capture_output=True, text=True, timeout=180,
+        [
+            chromium,
+            *FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            f"{out.as_uri()}#s{regression['index']}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     dom = done.stdout
@@ -115,34 +136,44 @@ def test_dashboard_overview_and_an_expanded_chart_render_in_chromium(chromium, t
     assert 'data-ready="1"' in dom and re.search(r'<p id="js-errors"></p>', dom), "the dashboard's script failed"
 
     # the overview comes first: heat map, then families, then the alert lists, then the table
-    positions = [dom.index(marker) for marker in ('<table class="heatmap" id="heatmap-0"', '<table id="families"',
-                                                  '<ul id="regressions"', '<table id="series"')]
+    positions = [
+        dom.index(marker)
+        for marker in (
+            '<table class="heatmap" id="heatmap-0"',
+            '<table id="families"',
+            '<ul id="regressions"',
+            '<table id="series"',
+        )
+    ]
     assert positions == sorted(positions)
-    heatmap = dom[positions[0]:positions[1]]
+    heatmap = dom[positions[0] : positions[1]]
     assert heatmap.count('data-st="') == summary["series"]
-    cells = re.findall(r'<a href="#s\d+" class="(\w+)" data-st="(\w+)"(?: data-cause="(\w+)")? title="([^"]*)">(.?)</a>',
-                       heatmap)
+    cells = re.findall(
+        r'<a href="#s\d+" class="(\w+)" data-st="(\w+)"(?: data-cause="(\w+)")? title="([^"]*)">(.?)</a>', heatmap
+    )
     flagged = {(st, cause, glyph): title for cls, st, cause, title, glyph in cells if st != "ok"}
     # the three are three different things, in the heat map and in the lists
     commit_title = flagged[("regressed", "commit", "!")]
     bump_title = flagged[("regressed", "dependency", "D")]
     ack_title = flagged[("acknowledged", "commit", "A")]
     assert len(flagged) == 3
-    assert "llama_case_00 [tiny] quant_accuracy peir" in commit_title and re.search(r"; \+(59|60)\.\d%; \+\d+\.\d x noise", commit_title)
+    assert "llama_case_00 [tiny] quant_accuracy peir" in commit_title and re.search(
+        r"; \+(59|60)\.\d%; \+\d+\.\d x noise", commit_title
+    )
     assert "versions moved: tico 0.3.0 -&gt; 0.3.1; same commit" in bump_title
     assert "acknowledged: int16 mask observer" in ack_title
-    regressions = dom[dom.index('<ul id="regressions"'):dom.index('<ul id="acknowledged"')]
+    regressions = dom[dom.index('<ul id="regressions"') : dom.index('<ul id="acknowledged"')]
     assert regressions.count('data-cause="dependency"') == 1 and regressions.count('data-cause="commit"') == 1
     assert '<span class="cause dependency">dependency bump</span>' in regressions
-    assert "qwen3_vl_case_01" in dom[dom.index('<ul id="acknowledged"'):dom.index('<ul id="improvements"')]
-    families = dom[positions[1]:positions[2]]
+    assert "qwen3_vl_case_01" in dom[dom.index('<ul id="acknowledged"') : dom.index('<ul id="improvements"')]
+    families = dom[positions[1] : positions[2]]
     assert families.count("<tr") == 1 + len(fx.FAMILIES)
 
     # one sparkline per series; exactly one detailed chart, the one the fragment named, built in the DOM
     assert dom.count('<svg class="spark') == summary["series"]
     assert dom.count('<svg class="chart"') == 1
-    chart = dom[dom.index(f'<tr class="chart-row" data-chart="{regression["index"]}"'):]
-    chart = chart[:chart.index("</tr>")]
+    chart = dom[dom.index(f'<tr class="chart-row" data-chart="{regression["index"]}"') :]
+    chart = chart[: chart.index("</tr>")]
     assert 'aria-label="llama_case_00 [tiny] quant_accuracy peir"' in chart
     assert chart.count("<circle") == 30 and 'class="trendline"' in chart and 'class="baseline"' in chart
     assert 'class="version-move"' in chart and "tico 0.3.0 -&gt; 0.3.1" in chart

@@ -29,7 +29,9 @@ VISION_BLOCK = next(c for c in QWEN_VISION_CASES if c.name == "qwen3_vl_vision_b
 
 
 def _pipeline(case, cache: Path | None) -> Pipeline:
-    settings = RunSettings(circle_cache_dir=cache / "circle", export_cache_dir=cache / "export") if cache else RunSettings()
+    settings = (
+        RunSettings(circle_cache_dir=cache / "circle", export_cache_dir=cache / "export") if cache else RunSettings()
+    )
     return Pipeline(case, "tiny", settings=settings)
 
 
@@ -42,8 +44,9 @@ def _verdict(case, check: str, cache: Path | None) -> tuple[bool, list[str], str
 def _drop_split_output_qparams(monkeypatch) -> None:
     from tico.quantization.passes import propagate_qparam_forward as forward
 
-    monkeypatch.setattr(forward.PropagateQParamForward, "call",
-                        dropping_split_output_qparams(forward.PropagateQParamForward.call))
+    monkeypatch.setattr(
+        forward.PropagateQParamForward, "call", dropping_split_output_qparams(forward.PropagateQParamForward.call)
+    )
 
 
 def test_a_pass_patched_in_memory_is_a_miss_and_fails_as_cold(tmp_path, monkeypatch):
@@ -139,10 +142,22 @@ def test_code_that_cannot_be_fingerprinted_refuses_the_cache(tmp_path, monkeypat
 
 
 def _audit_failures(tmp_path: Path, cache: bool, plugin: bool) -> tuple[int, set[str]]:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "2", "-k", "qparam_audit and (qwen3_vl_vision or gemma4_vision)",
-           f"--wrapq-report-dir={tmp_path / 'reports'}"]
-    cmd += [f"--circle-cache={tmp_path / 'circle'}", f"--export-cache={tmp_path / 'export'}"] if cache else \
-        ["--no-circle-cache", "--no-export-cache"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-n",
+        "2",
+        "-k",
+        "qparam_audit and (qwen3_vl_vision or gemma4_vision)",
+        f"--wrapq-report-dir={tmp_path / 'reports'}",
+    ]
+    cmd += (
+        [f"--circle-cache={tmp_path / 'circle'}", f"--export-cache={tmp_path / 'export'}"]
+        if cache
+        else ["--no-circle-cache", "--no-export-cache"]
+    )
     if plugin:
         cmd += ["-p", "tests.patched_pass_plugin"]
     done = subprocess.run(cmd, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=900)

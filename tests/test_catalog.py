@@ -7,7 +7,9 @@ def test_readme_catalog_is_current():
     readme = (catalog.ROOT / "docs" / "catalog.md").read_text()
     start = readme.index(catalog.BEGIN) + len(catalog.BEGIN)
     end = readme.index(catalog.END)
-    assert readme[start:end].strip() == catalog.table().strip(), "run: ./scripts/env.sh python -m harness.catalog --write"
+    assert readme[start:end].strip() == catalog.table().strip(), (
+        "run: ./scripts/env.sh python -m harness.catalog --write"
+    )
 
 
 def test_catalog_marks_capabilities_and_reasons():

@@ -172,4 +172,6 @@ def test_mask_fill_catches_infinite_fill(monkeypatch):
 
     monkeypatch.setattr(QuantGemma4VisionEncoder, "_make_bidirectional_mask", inf_fill)
     result = run_check(VISION_ENCODER, "mask_fill")
-    assert "mask [export:padded]: has 0 NaN and 39 inf of 64 elements; fill values must be finite" in problems_text(result)
+    assert "mask [export:padded]: has 0 NaN and 39 inf of 64 elements; fill values must be finite" in problems_text(
+        result
+    )

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import torch
 
+from cases.nn import CASES as NN_CASES
 from harness import circle_cache
 from harness.circle_cache import CircleCache, cache_key
 from harness.export import convert_to_circle
 from harness.pipeline import Pipeline, unwrap
-from cases.nn import CASES as NN_CASES
 
 LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
 
@@ -48,8 +48,11 @@ def _export(pipeline):
 def test_one_qparam_changes_the_key():
     pipeline = Pipeline(LINEAR, "tiny")
     base = cache_key(_export(pipeline))
-    observer = next(o for o in unwrap(pipeline.quantized).modules() if hasattr(o, "_cached_scale")
-                    and getattr(o, "_cached_scale") is not None)
+    observer = next(
+        o
+        for o in unwrap(pipeline.quantized).modules()
+        if hasattr(o, "_cached_scale") and getattr(o, "_cached_scale") is not None
+    )
     observer._cached_scale.mul_(1.0 + 2**-10)
     assert cache_key(_export(pipeline)) != base
 

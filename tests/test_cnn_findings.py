@@ -18,12 +18,22 @@ def _float_tensors_in_circle(groups: int) -> list[tuple[str, tuple]]:
 
     def build(profile: str) -> Built:
         make = lambda: torch.randn(2, 8, 9, 9)  # noqa: E731
-        return Built(nn.Conv2d(8, 8, 3, stride=2, padding=2, dilation=2, groups=groups, bias=True),
-                     CaseInputs(calibration=tuple(Sample(args=(make(),)) for _ in range(4)),
-                                evaluation={"default": Sample(args=(make(),))}))
+        return Built(
+            nn.Conv2d(8, 8, 3, stride=2, padding=2, dilation=2, groups=groups, bias=True),
+            CaseInputs(
+                calibration=tuple(Sample(args=(make(),)) for _ in range(4)),
+                evaluation={"default": Sample(args=(make(),))},
+            ),
+        )
 
-    case = Case(name=f"conv_groups_{groups}", build=build, seed=123, family="cnn", profiles=("tiny",),
-                export=whole_module_export())
+    case = Case(
+        name=f"conv_groups_{groups}",
+        build=build,
+        seed=123,
+        family="cnn",
+        profiles=("tiny",),
+        export=whole_module_export(),
+    )
     program = CircleReferenceRuntime(Pipeline(case, "tiny").circle.binary).program
     tensors = (program.tensor(i) for i in range(len(program.tensors)))
     return [(t.name.split("::")[-1], tuple(t.shape)) for t in tensors if str(t.dtype) == "float32"]

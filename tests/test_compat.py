@@ -30,8 +30,11 @@ def test_a_missing_required_api_names_itself_and_the_version(monkeypatch):
     import torch.utils._python_dispatch as dispatch
 
     monkeypatch.delattr(dispatch, "TorchDispatchMode")
-    with pytest.raises(compat.CompatError, match=r"torch\.utils\._python_dispatch\.TorchDispatchMode is not available "
-                                                 r"in torch 2\.13 \(the harness was tested with 2\.13\)"):
+    with pytest.raises(
+        compat.CompatError,
+        match=r"torch\.utils\._python_dispatch\.TorchDispatchMode is not available "
+        r"in torch 2\.13 \(the harness was tested with 2\.13\)",
+    ):
         compat.require()
     assert any("TorchDispatchMode" in p for p in compat.problems())
 
@@ -51,12 +54,19 @@ def test_an_untested_series_is_reported(monkeypatch):
 
 def test_the_plugin_refuses_to_start_without_a_required_api(tmp_path):
     """Fails fast: the session stops at configure with the API named (no case runs)."""
-    (tmp_path / "conftest.py").write_text(textwrap.dedent("""
+    (tmp_path / "conftest.py").write_text(
+        textwrap.dedent("""
         import torch.utils._python_dispatch as dispatch
         del dispatch.TorchDispatchMode
-    """))
+    """)
+    )
     (tmp_path / "pytest.ini").write_text("[pytest]\nwrapq_cases_dir = cases\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
     assert "wrapq harness: torch.utils._python_dispatch.TorchDispatchMode is not available" in done.stderr

@@ -103,7 +103,8 @@ def test_no_side_effects_finds_qwen_patch_projection_held_twice():
     result = run_clean_check(VISION_MODEL, "no_side_effects")
     assert result.problems == [
         "the wrapper tree holds wrapped.patch_embed.wrapped.proj.wrapped.module.weight, a copy of "
-        "wrapped.module.patch_embed.proj.weight with the same contents (memory held twice)"]
+        "wrapped.module.patch_embed.proj.weight with the same contents (memory held twice)"
+    ]
     assert result.metrics["float_tensors_changed"] == 0 and result.metrics["duplicate_tensors"] == 1
     assert any("qkv" in name for name in result.evidence["parameters_added"])
 
@@ -154,10 +155,15 @@ def test_export_contract_catches_export_allowed_in_calib(monkeypatch):
 def test_export_contract_catches_unsupported_mode_accepted(monkeypatch):
     original = QuantGemma4VisionEncoder.as_export_module
     monkeypatch.setattr(
-        QuantGemma4VisionEncoder, "as_export_module",
-        lambda self, mode="prefill", *, pixel_position_ids: original(self, "prefill", pixel_position_ids=pixel_position_ids),
+        QuantGemma4VisionEncoder,
+        "as_export_module",
+        lambda self, mode="prefill", *, pixel_position_ids: original(
+            self, "prefill", pixel_position_ids=pixel_position_ids
+        ),
     )
-    assert "asking for an unsupported export mode did not raise" in problems_text(run_check(VISION_ENCODER, "export_contract"))
+    assert "asking for an unsupported export mode did not raise" in problems_text(
+        run_check(VISION_ENCODER, "export_contract")
+    )
 
 
 def test_export_contract_catches_adapter_swallowing_wrong_inputs(monkeypatch):
@@ -188,8 +194,9 @@ def test_observer_use_reports_a_calibration_forward_that_raises(monkeypatch):
 
     monkeypatch.setattr(QuantLinear, "forward", broken)
     result = run_check(_nn_linear(), "observer_use")
-    assert problems_text(result) == ("a calibration forward raised RuntimeError: mat1 and mat2 shapes cannot be "
-                                     "multiplied (2x16 and 8x16)")
+    assert problems_text(result) == (
+        "a calibration forward raised RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x16 and 8x16)"
+    )
 
 
 def test_ptq_overrides_flips_an_existing_int16_override_to_uint8():

@@ -31,15 +31,19 @@ def test_tiny_qwen3_vl_for_conditional_generation(capsys):
     # the out-of-tree example registers one for the vision rotary when its case has run in this
     # process, which the vision model wrapper still does not use
     assert lookup(hf.Qwen3VLTextRotaryEmbedding) is None
-    for cls, path, owner in ((hf.Qwen3VLTextRotaryEmbedding, "model.language_model.rotary_emb", "QuantQwen3VLTextModel"),
-                             (hf.Qwen3VLVisionRotaryEmbedding, "model.visual.rotary_pos_emb", "QuantQwen3VLVisionModel")):
+    for cls, path, owner in (
+        (hf.Qwen3VLTextRotaryEmbedding, "model.language_model.rotary_emb", "QuantQwen3VLTextModel"),
+        (hf.Qwen3VLVisionRotaryEmbedding, "model.visual.rotary_pos_emb", "QuantQwen3VLVisionModel"),
+    ):
         entry = unwrapped[f"{cls.__module__}.{cls.__qualname__}"]
         registered = lookup(cls)
         assert entry["paths"] == [path] and entry["registered_wrapper"] == (registered.__name__ if registered else None)
         assert list(entry["inside"]) == [f"{owner} ({path.rsplit('.', 1)[0]})"]
     # nn.Embedding is registered, but the vision model keeps its pos_embed float (it interpolates it itself)
     pos = unwrapped["torch.nn.modules.sparse.Embedding"]
-    assert pos["paths"] == ["model.visual.pos_embed"] and pos["registered_wrapper"] == lookup(torch.nn.Embedding).__name__
+    assert (
+        pos["paths"] == ["model.visual.pos_embed"] and pos["registered_wrapper"] == lookup(torch.nn.Embedding).__name__
+    )
     layers = 2  # coverage.TINY["qwen3_vl"] text layers
     assert result["wrapped"]["Qwen3VLTextAttention -> QuantQwen3VLTextAttention"] == layers
     assert lookup(hf.Qwen3VLTextAttention).__name__ == "QuantQwen3VLTextAttention"
@@ -61,11 +65,15 @@ def test_tiny_gemma4_model(capsys):
     # its output themselves (gemma4/quant_text_mlp.py: self.act_fn = fp_mlp.act_fn, obs_gate_act)
     gelu = unwrapped["transformers.activations.GELUTanh"]
     assert gelu["registered_wrapper"] == lookup(GELUTanh).__name__ == "QuantGELUTanh"
-    assert sorted(gelu["paths"]) == ["language_model.layers.0.mlp.act_fn", "language_model.layers.1.mlp.act_fn",
-                                     "vision_tower.encoder.layers.0.mlp.act_fn"]
+    assert sorted(gelu["paths"]) == [
+        "language_model.layers.0.mlp.act_fn",
+        "language_model.layers.1.mlp.act_fn",
+        "vision_tower.encoder.layers.0.mlp.act_fn",
+    ]
     assert lookup(hf.Gemma4TextRotaryEmbedding) is None
-    assert unwrapped["transformers.models.gemma4.modeling_gemma4.Gemma4TextRotaryEmbedding"]["paths"] == \
-        ["language_model.rotary_emb"]
+    assert unwrapped["transformers.models.gemma4.modeling_gemma4.Gemma4TextRotaryEmbedding"]["paths"] == [
+        "language_model.rotary_emb"
+    ]
     assert result["wrapped"]["Gemma4TextMLP -> QuantGemma4TextMLP"] == 2
     assert result["wrapped"]["Gemma4Model -> QuantGemma4Model"] == 1
     assert "<root>" not in {p for e in unwrapped.values() for p in e["paths"]}
@@ -90,11 +98,14 @@ def test_text_output_tabulates(capsys):
     assert "LlamaDecoderLayer -> QuantLlamaDecoderLayer" in out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["qwen3vl"], "unknown model 'qwen3vl'"),
-    (["NotAModelClass"], "unknown model 'NotAModelClass'"),
-    (["llama", "--set", "vision_config.depth=1"], "has no sub-config 'vision_config'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["qwen3vl"], "unknown model 'qwen3vl'"),
+        (["NotAModelClass"], "unknown model 'NotAModelClass'"),
+        (["llama", "--set", "vision_config.depth=1"], "has no sub-config 'vision_config'"),
+    ],
+)
 def test_bad_input_exits_2_with_the_reason(capsys, argv, message):
     assert coverage.main(argv) == 2
     assert message in capsys.readouterr().err

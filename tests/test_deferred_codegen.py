@@ -24,7 +24,10 @@ def _program(name: str):
 @pytest.mark.parametrize("name", ["nn_linear", "llama_decoder_layer_prefill", "gemma4_vision_patch_embedder"])
 def test_deferred_conversion_equals_tico_conversion(name):
     program = _program(name)
-    as_tico_does, deferred = convert_with_audit(program, defer_codegen=False), convert_with_audit(program, defer_codegen=True)
+    as_tico_does, deferred = (
+        convert_with_audit(program, defer_codegen=False),
+        convert_with_audit(program, defer_codegen=True),
+    )
     assert deferred[0] == as_tico_does[0]
     assert deferred[1] == as_tico_does[1]
 

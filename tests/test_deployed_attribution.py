@@ -56,8 +56,14 @@ def test_a_fake_quant_dropped_from_the_exported_graph_is_named(monkeypatch):
 
 def test_explain_deployed_on_clean_tico_under_the_scalar_kernels():
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "harness", "explain", "qwen3_vl_text_mlp", "--top", "3", "--deployed"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "explain", "qwen3_vl_text_mlp", "--top", "3", "--deployed"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     assert "Circle (fake_quantize replay) vs torch QUANT on the export sample: max " in out
@@ -73,6 +79,7 @@ def test_a_failing_replay_says_where_its_gap_runs(monkeypatch):
     pipeline = _site_dropped_in_export(monkeypatch)
     result = CHECKS["circle_replay"].run(pipeline)
     assert not result.passed
-    assert any(note.startswith(f"where the gap runs: switching off alone in torch any of {SITE} ")
-               for note in result.notes), result.notes
+    assert any(
+        note.startswith(f"where the gap runs: switching off alone in torch any of {SITE} ") for note in result.notes
+    ), result.notes
     assert result.evidence["deployed_sites"][0][0] == SITE

@@ -9,7 +9,7 @@ import textwrap
 from harness.drift import describe_moves, read_pins, version_moves
 from tests.helpers import PINNED
 
-DRIFT_CASES = '''
+DRIFT_CASES = """
 import torch
 from harness import Built, Case, CaseInputs, Expected, Sample
 
@@ -31,7 +31,7 @@ CASES = [
          expected_failures={"noquant_parity": Expected("pretend the wrapper was broken on the pinned stack",
                                                        problems=("not close",))}),
 ]
-'''
+"""
 
 
 def _project(pytester):
@@ -49,7 +49,9 @@ def test_failures_are_labelled_drift_with_versions_and_error(pytester):
     out = result.stdout.str()
     assert "wrapq drift" in out and f"transformers 5.0.0 -> {PINNED['transformers']}" in out
     doc = json.loads((project.path / "reports" / "results.json").read_text())
-    assert doc["run"]["drift"]["moves"] == [{"package": "transformers", "pinned": "5.0.0", "installed": PINNED["transformers"]}]
+    assert doc["run"]["drift"]["moves"] == [
+        {"package": "transformers", "pinned": "5.0.0", "installed": PINNED["transformers"]}
+    ]
     by_id = {r["nodeid"]: r for r in doc["results"]}
     strict = by_id["cases/drift.py::too_strict[tiny]::quant_accuracy"]
     assert strict["drift"]["kind"] == "failed" and strict["drift"]["error"].startswith("- [default] PEIR")
@@ -81,11 +83,18 @@ def test_headline_skips_worker_banner_and_finds_the_cause():
     from harness.drift import _same_release, headline
 
     banner = "[gw1] linux -- Python 3.11.7 /x/.venv-drift/bin/python\n"
-    assert headline(banner + "m[tiny]: stage 'calibrate' failed: ImportError: cannot import name 'x'\n\ntraceback") \
+    assert (
+        headline(banner + "m[tiny]: stage 'calibrate' failed: ImportError: cannot import name 'x'\n\ntraceback")
         == "m[tiny]: stage 'calibrate' failed: ImportError: cannot import name 'x'"
-    assert headline(banner + "quant_accuracy failed for m[tiny]:\n  - [default] PEIR 0.3 exceeds threshold 0.1") \
+    )
+    assert (
+        headline(banner + "quant_accuracy failed for m[tiny]:\n  - [default] PEIR 0.3 exceeds threshold 0.1")
         == "- [default] PEIR 0.3 exceeds threshold 0.1"
-    assert headline(banner + "cls = <class 'CallInfo'>\n>   raise\nE   ImportError: no name 'y'\n") == "ImportError: no name 'y'"
+    )
+    assert (
+        headline(banner + "cls = <class 'CallInfo'>\n>   raise\nE   ImportError: no name 'y'\n")
+        == "ImportError: no name 'y'"
+    )
     assert _same_release("2.13.0+cpu", "2.13.0") and not _same_release("5.24.0", "5.22.2")
 
 

@@ -13,7 +13,7 @@ import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed ops
 
 from harness.qparam_audit import quantized_before_use
-from harness.qparam_consistency import follow_kept_quantizes
+from harness.qparam_records import follow_kept_quantizes
 
 Q = torch.ops.quantized_decomposed.quantize_per_tensor.default
 KEY = "_quantization_parameters"
@@ -45,8 +45,10 @@ def test_a_float_value_read_only_by_quantize_ops_is_a_boundary_and_arithmetic_on
 
 def test_a_kept_quantize_carries_the_qparams_and_the_producer_has_no_float_users():
     g, x, q, mul = _graph()
-    records = [{"tensor": "x", "quantize": q.name, "scale": 0.02, "zero_point": 120, "float_users": ["add"]},
-               {"tensor": "y", "quantize": "gone", "scale": 0.5, "zero_point": 0, "float_users": []}]
+    records = [
+        {"tensor": "x", "quantize": q.name, "scale": 0.02, "zero_point": 120, "float_users": ["add"]},
+        {"tensor": "y", "quantize": "gone", "scale": 0.5, "zero_point": 0, "float_users": []},
+    ]
     follow_kept_quantizes(records, g, KEY)
     assert records[0]["tensor"] == q.name and records[0]["float_users"] == [] and records[0]["kept_quantize"]
     assert records[1]["tensor"] == "y"  # folded onto its producer, as tico 0.3.0 always does

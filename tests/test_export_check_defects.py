@@ -33,8 +33,11 @@ def test_clean_results_carry_the_numbers_reviewers_asked_for():
     assert replay.metrics["fake_quantize_max_steps"] <= replay.metrics["fake_quantize_as_exported_max_steps"]
     assert replay.metrics["fake_quantize_as_exported_max_abs_diff"] == pytest.approx(0.126, abs=0.002)
     assert replay.metrics["native_supported"] is False
-    assert any("NATIVE replay not applicable: tico's reference runtime does not execute this graph in NATIVE "
-               "mode by design" in note for note in replay.notes)
+    assert any(
+        "NATIVE replay not applicable: tico's reference runtime does not execute this graph in NATIVE "
+        "mode by design" in note
+        for note in replay.notes
+    )
     audit = run_clean_check(VISION_ENCODER, "qparam_audit")
     assert audit.metrics["quantized_nodes"] > 100 and audit.metrics["missing_qparam"] == 0
 
@@ -59,12 +62,13 @@ def test_native_replay_crash_is_a_failure_not_a_note(monkeypatch):
 
 def test_qparam_audit_agrees_with_tico_checker():
     """Our walker and tico's check_missing_qparam judge the same captured graph alike."""
+    import copy
+
     from tico.quantization.wrapq.utils.check_missing_qparam import check_missing_qparam
+    from tico.utils.convert import convert_exported_module_to_circle
 
     from harness.circle_conversion import _capture_quantized_program
     from harness.pipeline import Pipeline
-    from tico.utils.convert import convert_exported_module_to_circle
-    import copy
 
     pipeline = Pipeline(VISION_ENCODER, "tiny")
     with _capture_quantized_program() as captured:
@@ -141,7 +145,9 @@ def test_calibration_coverage_catches_observer_never_fed(monkeypatch):
 
     monkeypatch.setattr(QuantGemma4VisionEncoder, "_fq", skip_sin_in_calib)
     result = run_check(VISION_ENCODER, "calibration_coverage")
-    assert "observer obs_position_sin (MinMaxObserver): never fed: observed min/max are not finite" in problems_text(result)
+    assert "observer obs_position_sin (MinMaxObserver): never fed: observed min/max are not finite" in problems_text(
+        result
+    )
 
 
 def test_calibration_coverage_catches_zero_scale(monkeypatch):
@@ -229,15 +235,16 @@ def test_a_refused_operator_is_named_on_the_stage_line():
     assert convert_to_circle(export_program(_Doubling().eval(), (mask,))).binary
     import logging
 
-    assert not [h for h in logging.getLogger("tico.utils.convert").handlers if type(h).__name__ == "_UnsupportedOperatorLog"]
+    assert not [
+        h for h in logging.getLogger("tico.utils.convert").handlers if type(h).__name__ == "_UnsupportedOperatorLog"
+    ]
 
 
 def test_text_model_expectation_names_its_operator():
     """The gemma4_text_model Circle expectation holds only for the diagnosed operator: another
     refused operator (a new breakage) is a problem it does not cover, and the item fails."""
-    from harness.expectations import judge
-
     from cases.gemma4_text import TEXT_MODEL
+    from harness.expectations import judge
 
     expected = TEXT_MODEL.expected_failures["circle_replay"]
     line = "stage 'circle_convert' failed: NotYetSupportedError: NOT SUPPORTED OPERATOR IN GRAPH MODULE: {}"
@@ -261,14 +268,19 @@ def test_text_model_export_contract_catches_a_static_template_defect(monkeypatch
     original = QuantGemma4TextModel._make_position_embeddings
 
     def shifted(self, *, hidden_states, position_ids, past_key_values, use_static_templates):
-        tables = original(self, hidden_states=hidden_states, position_ids=position_ids,
-                          past_key_values=past_key_values, use_static_templates=use_static_templates)
+        tables = original(
+            self,
+            hidden_states=hidden_states,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_static_templates=use_static_templates,
+        )
         if not use_static_templates:
             return tables
         seq = hidden_states.shape[1]
         late = {}
         for kind, (cos, sin) in tables.items():
-            template = getattr(self, f"{kind}_cos_template")[:, 1:seq + 1, :].expand_as(cos)
+            template = getattr(self, f"{kind}_cos_template")[:, 1 : seq + 1, :].expand_as(cos)
             late[kind] = (template.to(cos.dtype), sin)
         return late
 

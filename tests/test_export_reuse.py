@@ -13,11 +13,13 @@ from pathlib import Path
 
 import torch
 
-from harness import export_reuse
-from harness.export_reuse import ExportCache, execution_key
-from harness.pipeline import Pipeline, RunSettings, unwrap
 from cases.llama import CASES as LLAMA_CASES
 from cases.nn import CASES as NN_CASES
+from harness import execution_key as execution_key_module
+from harness import export_reuse
+from harness.execution_key import execution_key
+from harness.export_reuse import ExportCache
+from harness.pipeline import Pipeline, RunSettings, unwrap
 
 REPO = Path(__file__).resolve().parents[1]
 LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
@@ -143,8 +145,10 @@ def test_a_flag_or_helper_the_forward_reads_changes_the_key(monkeypatch):
 def test_environment_changes_the_key(monkeypatch):
     module, args = _FlagReader(), (torch.randn(2, 3, 4),)
     base = execution_key(module, args)
-    real = export_reuse._environment()
-    monkeypatch.setattr(export_reuse, "_environment", lambda: real.replace('"tico_source": "', '"tico_source": "x'))
+    real = execution_key_module._environment()
+    monkeypatch.setattr(
+        execution_key_module, "_environment", lambda: real.replace('"tico_source": "', '"tico_source": "x')
+    )
     assert execution_key(module, args) != base
 
 
@@ -171,7 +175,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from harness.catalog import load_cases
 from harness.pipeline import Pipeline, warm_imports
-from harness.export_reuse import execution_key
+from harness.execution_key import execution_key
 warm_imports()
 cases = {c.name: c for _, c in load_cases()}
 for name in sys.argv[2].split(","):
@@ -186,8 +190,13 @@ def test_key_does_not_depend_on_what_ran_before_in_the_process():
     torch, and module-level registries grow; neither may reach the key (every rerun missed)."""
     keys = []
     for order in ("nn_linear,llama_attention_decode,llama_mlp", "llama_mlp,llama_attention_decode,nn_linear"):
-        done = subprocess.run([sys.executable, "-c", KEY_IN_FRESH_PROCESS, str(REPO), order],
-                              cwd=REPO, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-c", KEY_IN_FRESH_PROCESS, str(REPO), order],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         keys.append(dict(line.split() for line in done.stdout.splitlines() if line.count(" ") == 1))
     assert len(keys[0]) == 3 and keys[0] == keys[1]
@@ -196,8 +205,9 @@ def test_key_does_not_depend_on_what_ran_before_in_the_process():
 def test_a_defect_seeded_after_a_warm_run_is_traced_and_caught(tmp_path, monkeypatch):
     """The regression gate's promise: a warm cache never hides a wrapper edit. A defect that
     makes the exported program drop the output fake-quant is traced again and diverges."""
-    from harness.checks.torch_export import run as torch_export_check
     from tico.quantization.wrapq.wrappers.nn.quant_linear import QuantLinear
+
+    from harness.checks.torch_export import run as torch_export_check
 
     assert torch_export_check(_pipeline(LINEAR, tmp_path)).passed
     original = QuantLinear.forward
@@ -240,8 +250,14 @@ def test_an_adapter_the_key_cannot_describe_is_traced_every_time(tmp_path):
 
 
 def test_store_round_trip_keeps_every_field(tmp_path):
-    record = export_reuse.ExportRecord(output_leaves=[torch.arange(6.0).reshape(2, 3), 3], output_spec="",
-                                       graph_nodes=7, value_guards=["g"], symbolic_shapes=[], circle_key="k")
+    record = export_reuse.ExportRecord(
+        output_leaves=[torch.arange(6.0).reshape(2, 3), 3],
+        output_spec="",
+        graph_nodes=7,
+        value_guards=["g"],
+        symbolic_shapes=[],
+        circle_key="k",
+    )
     record.output_spec = torch.utils._pytree.treespec_dumps(torch.utils._pytree.tree_flatten((torch.ones(1), 3))[1])
     cache = ExportCache(tmp_path)
     cache.put("ab" * 32, record)

@@ -10,9 +10,10 @@ import textwrap
 
 import pytest
 
+from harness.report import dashboard
 from tests.test_plugin import INI, TOY_CASES
 
-TOY_CHECK_PLUGIN = '''
+TOY_CHECK_PLUGIN = """
 from dataclasses import dataclass
 
 import torch
@@ -47,15 +48,15 @@ CHECK = Check(
 
 def pytest_wrapq_checks(config):
     return [CHECK]
-'''
+"""
 
-STRICT_CASE = '''
+STRICT_CASE = """
 from cases.toy import build_linear
 from harness import Case
 
 CASES = [Case(name="toy_strict", family="nn", build=build_linear,
               settings={"toy_output_range": {"max_abs": 1e-9}})]
-'''
+"""
 
 
 @pytest.fixture
@@ -69,15 +70,14 @@ def toy_project(pytester):
 
 
 def test_a_plugin_check_runs_everywhere_without_editing_the_harness(toy_project):
-    result = toy_project.runpytest_subprocess("-p", "toy_check_plugin", "-k", "toy_output_range",
-                                              "--profile", "tiny")
+    result = toy_project.runpytest_subprocess("-p", "toy_check_plugin", "-k", "toy_output_range", "--profile", "tiny")
     # toy_linear passes with the default limit; toy_strict's own setting fails it; the two
     # unavailable toy cases skip with their reasons.
     result.assert_outcomes(passed=1, failed=1, skipped=2)
     out = result.stdout.str()
     assert "toy_output_range failed for toy_strict[tiny]:" in out
     assert "quantized output |max|" in out and "exceeds threshold 1e-09" in out
-    summary = out[out.index("wrapq summary"):]
+    summary = out[out.index("wrapq summary") :]
     assert "out |max|" in summary and "toy_output_range" in summary  # its column and its headline metric
 
     doc = json.loads((toy_project.path / "reports" / "results.json").read_text())
@@ -98,18 +98,24 @@ def test_a_plugin_check_runs_everywhere_without_editing_the_harness(toy_project)
     db = toy_project.path / "history.sqlite"
     history.append_run(db, doc)
     with sqlite3.connect(db) as con:
-        rows = con.execute("SELECT case_name, metric, better FROM metrics WHERE check_name = 'toy_output_range'").fetchall()
+        rows = con.execute(
+            "SELECT case_name, metric, better FROM metrics WHERE check_name = 'toy_output_range'"
+        ).fetchall()
     assert sorted(rows) == [("toy_linear", "output_abs_max", "lower"), ("toy_strict", "output_abs_max", "lower")]
-    summary = history.dashboard(db, toy_project.path / "dashboard.html")
+    summary = dashboard.dashboard(db, toy_project.path / "dashboard.html")
     assert summary["series"] >= 2
 
 
 def test_a_setting_the_check_does_not_declare_is_a_definition_error(toy_project):
-    (toy_project.path / "cases" / "strict.py").write_text(textwrap.dedent(STRICT_CASE).replace('"max_abs"', '"max_abz"'))
+    (toy_project.path / "cases" / "strict.py").write_text(
+        textwrap.dedent(STRICT_CASE).replace('"max_abs"', '"max_abz"')
+    )
     result = toy_project.runpytest_subprocess("-p", "toy_check_plugin", "-k", "strict")
     result.assert_outcomes(failed=1)
-    assert ("case 'toy_strict': field \"settings['toy_output_range']\": toy_output_range has no setting 'max_abz' "
-            "(settings: max_abs)") in result.stdout.str()
+    assert (
+        "case 'toy_strict': field \"settings['toy_output_range']\": toy_output_range has no setting 'max_abz' "
+        "(settings: max_abs)"
+    ) in result.stdout.str()
 
 
 def test_without_the_plugin_its_settings_name_no_check(toy_project):
@@ -124,7 +130,8 @@ def test_a_case_stating_no_replay_limits_is_held_to_the_arithmetic_floor():
     import dataclasses
 
     from harness.check_settings import resolve
-    from harness.checks.circle_replay import CHECK as CIRCLE, MEAN_STEPS_FLOOR, ROUNDING_FLIP_STEPS
+    from harness.checks.circle_replay import CHECK as CIRCLE
+    from harness.checks.circle_replay import MEAN_STEPS_FLOOR, ROUNDING_FLIP_STEPS
     from tests.test_profile_limits import LINEAR
 
     unstated = resolve(CIRCLE, dataclasses.replace(LINEAR, settings={}), "tiny")
@@ -132,20 +139,26 @@ def test_a_case_stating_no_replay_limits_is_held_to_the_arithmetic_floor():
 
 
 def test_settings_resolve_defaults_then_case_then_profile():
+    import dataclasses
+
     from harness import ProfileLimits, merged_settings
     from harness.check_settings import resolve, validate
     from harness.checks import all_checks
     from harness.checks.circle_replay import CHECK as CIRCLE
     from tests.test_profile_limits import LINEAR
 
-    import dataclasses
-
-    case = dataclasses.replace(LINEAR, profiles=("tiny", "wide"), settings=merged_settings(
-        LINEAR.settings, circle_replay={"mean_steps": 0.3}), profile_limits={
-        "wide": ProfileLimits({"circle_replay": {"max_steps": 7.0}}, source="measured")})
+    case = dataclasses.replace(
+        LINEAR,
+        profiles=("tiny", "wide"),
+        settings=merged_settings(LINEAR.settings, circle_replay={"mean_steps": 0.3}),
+        profile_limits={"wide": ProfileLimits({"circle_replay": {"max_steps": 7.0}}, source="measured")},
+    )
     tiny, wide = resolve(CIRCLE, case, "tiny"), resolve(CIRCLE, case, "wide")
     assert (tiny.max_steps, tiny.mean_steps, tiny.native_max_steps) == (
-        LINEAR.settings["circle_replay"]["max_steps"], 0.3, None)  # the check's default where nobody says
+        LINEAR.settings["circle_replay"]["max_steps"],
+        0.3,
+        None,
+    )  # the check's default where nobody says
     assert (wide.max_steps, wide.mean_steps) == (7.0, 0.3)
     assert LINEAR.settings["circle_replay"]["mean_steps"] != 0.3  # merged_settings copied, never mutated
     assert validate(case, all_checks()) == []

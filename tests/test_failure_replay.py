@@ -25,7 +25,9 @@ QWEN_MODEL = next(c for c in QWEN_TEXT_CASES if c.name == "qwen3_vl_model")
 
 
 def _pipeline(case, cache: Path | None) -> Pipeline:
-    settings = RunSettings(circle_cache_dir=cache / "circle", export_cache_dir=cache / "export") if cache else RunSettings()
+    settings = (
+        RunSettings(circle_cache_dir=cache / "circle", export_cache_dir=cache / "export") if cache else RunSettings()
+    )
     return Pipeline(case, "tiny", settings=settings)
 
 
@@ -86,8 +88,12 @@ def test_a_refused_conversion_is_replayed_as_the_cold_failure_and_not_served_to_
     assert first.replayed_from is None and _failures_stored(tmp_path / "circle") == 1
     warm = _stage_failure(lambda: _pipeline(LINEAR, tmp_path).circle)
     assert warm.replayed_from is not None and "Circle cache entry" in warm.replayed_from
-    assert _said(warm) == _said(first) == _said(cold) == ("circle_convert", "NotYetSupportedError",
-                                                          "injected: operator refused")
+    assert (
+        _said(warm)
+        == _said(first)
+        == _said(cold)
+        == ("circle_convert", "NotYetSupportedError", "injected: operator refused")
+    )
     assert "NotYetSupportedError" in warm.traceback_text and "replayed from" in warm.traceback_text
     monkeypatch.undo()  # the pass as installed: other conversion code, so the failure is not found
     artifact = _pipeline(LINEAR, tmp_path).circle
@@ -132,8 +138,9 @@ def test_the_execution_key_is_the_same_in_processes_with_other_hash_seeds():
     keys = set()
     for seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(REPO))
-        done = subprocess.run([sys.executable, "-c", _KEY_SCRIPT], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-c", _KEY_SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         keys.add(done.stdout.strip().splitlines()[-1])
     assert len(keys) == 1, keys

@@ -14,8 +14,16 @@ import pytest
 from harness import Expected
 from harness.commands.findings import declared_expectations
 from harness.expectations import judge, matchable
-from harness.findings import (FINDINGS_FILE, FindingsError, definition_errors, expect, looks_like, parse, pattern_flaw,
-                              registry)
+from harness.findings import (
+    FINDINGS_FILE,
+    FindingsError,
+    definition_errors,
+    expect,
+    looks_like,
+    parse,
+    pattern_flaw,
+    registry,
+)
 from harness.tico_identity import package_dir, source_fingerprint
 
 
@@ -25,8 +33,12 @@ def _in_tree_expectations():
 
 
 def test_no_expectation_pattern_names_a_line_number_or_an_install_path():
-    flawed = [(where, pattern, pattern_flaw(pattern)) for _, where, _, expectation in _in_tree_expectations()
-              for pattern in expectation.problems if pattern_flaw(pattern)]
+    flawed = [
+        (where, pattern, pattern_flaw(pattern))
+        for _, where, _, expectation in _in_tree_expectations()
+        for pattern in expectation.problems
+        if pattern_flaw(pattern)
+    ]
     assert flawed == []
 
 
@@ -61,14 +73,19 @@ def test_the_fingerprint_ignores_where_tico_is_installed(tmp_path):
     assert source_fingerprint(tmp_path / "elsewhere" / "tico") != source_fingerprint(package_dir())
 
 
-@pytest.mark.parametrize("pattern, flaw", [
-    (r"^tensor add \(tico/quantization/wrapq/wrappers/llama/quant_decoder_layer\.py:359, aten", "a line number"),
-    (r"File .*quant_attention\.py, line 250, in forward", "a line number"),
-    (r"\(/usr/lib/python3/site-packages/tico/x\.py\)", "an install path"),
-])
+@pytest.mark.parametrize(
+    "pattern, flaw",
+    [
+        (r"^tensor add \(tico/quantization/wrapq/wrappers/llama/quant_decoder_layer\.py:359, aten", "a line number"),
+        (r"File .*quant_attention\.py, line 250, in forward", "a line number"),
+        (r"\(/usr/lib/python3/site-packages/tico/x\.py\)", "an install path"),
+    ],
+)
 def test_the_data_refuses_patterns_that_break_on_a_refactor(pattern, flaw):
-    data = {"recorded": {"version": "0", "source_sha256": "x"},
-            "finding": [{"id": "some-finding", "title": "t", "cause": "c", "patterns": {"qparam_audit": [pattern]}}]}
+    data = {
+        "recorded": {"version": "0", "source_sha256": "x"},
+        "finding": [{"id": "some-finding", "title": "t", "cause": "c", "patterns": {"qparam_audit": [pattern]}}],
+    }
     with pytest.raises(FindingsError, match=flaw):
         parse(data)
 
@@ -80,10 +97,14 @@ def test_the_data_file_parses_and_ids_are_stable_words():
 
 
 def test_matchable_drops_install_prefixes_and_line_numbers_only():
-    line = ("tensor neg_1 (/x/venv/lib/python3.11/site-packages/tico/quantization/wrapq/wrappers/llama/"
-            "quant_attention.py:251, aten.neg.default): torch applies no fake-quant")
-    assert matchable(line) == ("tensor neg_1 (tico/quantization/wrapq/wrappers/llama/quant_attention.py, "
-                               "aten.neg.default): torch applies no fake-quant")
+    line = (
+        "tensor neg_1 (/x/venv/lib/python3.11/site-packages/tico/quantization/wrapq/wrappers/llama/"
+        "quant_attention.py:251, aten.neg.default): torch applies no fake-quant"
+    )
+    assert matchable(line) == (
+        "tensor neg_1 (tico/quantization/wrapq/wrappers/llama/quant_attention.py, "
+        "aten.neg.default): torch applies no fake-quant"
+    )
     assert matchable('File "/src/TICO/tico/a/b.py", line 9, in fn') == 'File "tico/a/b.py", in fn'
     assert matchable("scale 0.0131 zp 124 (range 0..255)") == "scale 0.0131 zp 124 (range 0..255)"
 
@@ -93,8 +114,18 @@ def test_matchable_drops_install_prefixes_and_line_numbers_only():
 
 def test_api_changes_parse_and_refuse_what_findings_refuse():
     base = {"recorded": {"version": "0", "source_sha256": "x"}, "finding": []}
-    ok = dict(base, api_change=[{"id": "new-call", "title": "t", "since": "1.0", "follow": "call it",
-                                 "patterns": [r"requires new_call\(\)"]}])
+    ok = dict(
+        base,
+        api_change=[
+            {
+                "id": "new-call",
+                "title": "t",
+                "since": "1.0",
+                "follow": "call it",
+                "patterns": [r"requires new_call\(\)"],
+            }
+        ],
+    )
     assert parse(ok).api_changes["new-call"].follow == "call it"
     for bad, why in ((r"x\.py:\d+", "a line number"), ("[", "bad regular expression")):
         data = dict(base, api_change=[dict(ok["api_change"][0], patterns=[bad])])
@@ -107,19 +138,41 @@ def test_api_changes_parse_and_refuse_what_findings_refuse():
 def test_a_failure_an_api_change_explains_is_sorted_there_and_anything_else_stays_new():
     from harness.finding_status import render_lines, summarize
 
-    traced = ("stage 'torch_export' failed: Unsupported: Observed exception\n  Developer debug context: raised "
-              "exception ValueError('Static decoder export requires an explicit attention_mask.')")
+    traced = (
+        "stage 'torch_export' failed: Unsupported: Observed exception\n  Developer debug context: raised "
+        "exception ValueError('Static decoder export requires an explicit attention_mask.')"
+    )
     records = [
-        {"case": "a", "profile": "tiny", "check": "torch_export", "outcome": "failed", "nodeid": "cases/x.py::a[tiny]",
-         "stage_error": {"stage": "torch_export", "type": "Unsupported", "message": traced}},
-        {"case": "b", "profile": "tiny", "check": "golden", "outcome": "failed", "nodeid": "cases/x.py::b[tiny]",
-         "message": "E  AttributeError: 'QuantLlamaModel' object has no attribute 'rope_cos_template'"},
-        {"case": "c", "profile": "tiny", "check": "qparam_audit", "outcome": "failed", "nodeid": "cases/x.py::c[tiny]",
-         "problems": ["node add has no qparam"]},
+        {
+            "case": "a",
+            "profile": "tiny",
+            "check": "torch_export",
+            "outcome": "failed",
+            "nodeid": "cases/x.py::a[tiny]",
+            "stage_error": {"stage": "torch_export", "type": "Unsupported", "message": traced},
+        },
+        {
+            "case": "b",
+            "profile": "tiny",
+            "check": "golden",
+            "outcome": "failed",
+            "nodeid": "cases/x.py::b[tiny]",
+            "message": "E  AttributeError: 'QuantLlamaModel' object has no attribute 'rope_cos_template'",
+        },
+        {
+            "case": "c",
+            "profile": "tiny",
+            "check": "qparam_audit",
+            "outcome": "failed",
+            "nodeid": "cases/x.py::c[tiny]",
+            "problems": ["node add has no qparam"],
+        },
     ]
     summary = summarize(records)
     assert {a["id"]: a["items"] for a in summary["api_changes"]} == {
-        "static-decoder-explicit-mask": ["a[tiny]::torch_export"], "rope-templates-removed": ["b[tiny]::golden"]}
+        "static-decoder-explicit-mask": ["a[tiny]::torch_export"],
+        "rope-templates-removed": ["b[tiny]::golden"],
+    }
     assert [p["where"] for p in summary["new_problems"]] == ["c[tiny]::qparam_audit"]
     lines = render_lines(summary)
     assert any(line.startswith("api    static-decoder-explicit-mask: 1 item(s) red") for line in lines)
@@ -127,7 +180,9 @@ def test_a_failure_an_api_change_explains_is_sorted_there_and_anything_else_stay
 
 # -- judging on the recorded tico and on another -----------------------------------------------
 
-TWO = Expected("a", problems=(r"^alpha \d+$",), finding="first") + Expected("b", problems=(r"^beta$",), finding="second")
+TWO = Expected("a", problems=(r"^alpha \d+$",), finding="first") + Expected(
+    "b", problems=(r"^beta$",), finding="second"
+)
 
 
 def test_strict_a_gone_finding_fails_review_reports_it_fixed():
@@ -151,18 +206,22 @@ def test_a_new_problem_is_red_on_any_tico_and_names_the_finding_it_looks_like():
 
 def test_a_partly_fixed_finding_is_not_red_for_review():
     probes = expect("mask-fill-clamped-by-observer", check="mask_quant", probes=("dynamic:padded", "export:padded"))
-    lines = ["QUANT mask [dynamic:padded]: fill value -120.0 became 0 after fake-quant (observer clamps it)",
-             "QUANT mask [dynamic:padded]: a masked key keeps softmax weight 0.125 (limit 1e-06): padding leaks"]
+    lines = [
+        "QUANT mask [dynamic:padded]: fill value -120.0 became 0 after fake-quant (observer clamps it)",
+        "QUANT mask [dynamic:padded]: a masked key keeps softmax weight 0.125 (limit 1e-06): padding leaks",
+    ]
     assert judge(probes, lines, strict=True).verdict == "failed"
     review = judge(probes, lines, strict=False)
     assert review.verdict == "expected" and review.parts == {"finding mask-fill-clamped-by-observer": "changed"}
 
 
 def test_looks_like_names_a_known_finding_on_an_undeclared_case():
-    line = ("tensor add_3 (tico/quantization/wrapq/wrappers/llama/quant_decoder_layer.py:359, aten.add.Tensor): torch "
-            "fake-quantizes it only where wrapped.post_attention_layernorm.wrapped.obs_act_in reads it and add_4 "
-            "read(s) it in float; the Circle model quantizes it for every user with scale 0.03 zp 138 (the qparams of "
-            "wrapped.post_attention_layernorm.wrapped.obs_act_in, which FoldQuantOps folded onto it)")
+    line = (
+        "tensor add_3 (tico/quantization/wrapq/wrappers/llama/quant_decoder_layer.py:359, aten.add.Tensor): torch "
+        "fake-quantizes it only where wrapped.post_attention_layernorm.wrapped.obs_act_in reads it and add_4 "
+        "read(s) it in float; the Circle model quantizes it for every user with scale 0.03 zp 138 (the qparams of "
+        "wrapped.post_attention_layernorm.wrapped.obs_act_in, which FoldQuantOps folded onto it)"
+    )
     assert looks_like("qparam_consistency", line) == ("llama-residual-float-add",)
     assert looks_like("observer_use", line) == ()
 
@@ -177,7 +236,7 @@ def test_expect_refuses_unknown_ids_and_ambiguous_checks():
 
 # -- through pytest: review mode sets stale allow-lists aside, a fixed finding passes ------------
 
-CASES = '''
+CASES = """
 import torch
 from harness import Built, Case, CaseInputs, Expected, Sample
 
@@ -193,7 +252,7 @@ CASES = [
     Case(name="fixed_here", family="toy", build=build_linear, expected_failures={"quant_accuracy": GONE}),
     Case(name="stale_allowlist", family="toy", build=build_linear, unused_observers={"obs_renamed*": "by design"}),
 ]
-'''
+"""
 
 
 @pytest.mark.parametrize("recorded", [True, False], ids=["recorded_tico", "other_tico"])
@@ -206,8 +265,12 @@ def test_review_mode_through_pytest(pytester, recorded):
     doc = json.loads((pytester.path / "reports" / "results.json").read_text())
     outcomes = {f"{r['case']}::{r['check']}": r["outcome"] for r in doc["results"] if r["case"]}
     if recorded:
-        assert outcomes == {"fixed_here::quant_accuracy": "failed", "fixed_here::observer_use": "passed",
-                            "stale_allowlist::quant_accuracy": "passed", "stale_allowlist::observer_use": "failed"}
+        assert outcomes == {
+            "fixed_here::quant_accuracy": "failed",
+            "fixed_here::observer_use": "passed",
+            "stale_allowlist::quant_accuracy": "passed",
+            "stale_allowlist::observer_use": "failed",
+        }
         return
     assert set(outcomes.values()) == {"passed"}, outcomes
     stale = next(r for r in doc["results"] if r["nodeid"].endswith("stale_allowlist[tiny]::observer_use"))

@@ -24,8 +24,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _pipeline(golden_dir: Path, update: str | None = None, case=VISION_ENCODER) -> Pipeline:
-    return Pipeline(case, "tiny", settings=RunSettings(golden_dir=golden_dir, update_golden=update,
-                                                       golden_staging_dir=golden.staging_dir(golden_dir, "test")))
+    return Pipeline(
+        case,
+        "tiny",
+        settings=RunSettings(
+            golden_dir=golden_dir, update_golden=update, golden_staging_dir=golden.staging_dir(golden_dir, "test")
+        ),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +108,9 @@ def test_whole_output_moved_one_step_fails_with_the_statistic(golden_copy):
 
 def test_observer_scale_one_level_off_fails(golden_copy):
     _edit(golden_copy, lambda t: t["qparams.obs_encoder_out.scale"].mul_(255 / 254))
-    assert "qparams.obs_encoder_out.scale: scale_rel 0.0039" in (text := problems_text(GOLDEN.run(_pipeline(golden_copy))))
+    assert "qparams.obs_encoder_out.scale: scale_rel 0.0039" in (
+        text := problems_text(GOLDEN.run(_pipeline(golden_copy)))
+    )
     assert "> limit 5e-06 (relative scale change)" in text
 
 
@@ -113,11 +120,17 @@ def test_zero_point_off_by_one_fails(golden_copy):
 
 
 def test_float_tensor_relative_to_its_magnitude(golden_copy):
-    magnitude = float(load_file(str(golden.paths(golden_copy, "gemma4_vision_encoder", "tiny")[0]))["reference_output.padded"].abs().max())
+    magnitude = float(
+        load_file(str(golden.paths(golden_copy, "gemma4_vision_encoder", "tiny")[0]))["reference_output.padded"]
+        .abs()
+        .max()
+    )
     _edit(golden_copy, lambda t: t["reference_output.padded"][0, 0, 0].add_(1e-6 * magnitude))
     assert GOLDEN.run(_pipeline(golden_copy)).passed
     _edit(golden_copy, lambda t: t["reference_output.padded"][0, 0, 0].add_(1e-3 * magnitude))
-    assert "reference_output.padded: float_rel 0.001 > limit 0.0001" in problems_text(GOLDEN.run(_pipeline(golden_copy)))
+    assert "reference_output.padded: float_rel 0.001 > limit 0.0001" in problems_text(
+        GOLDEN.run(_pipeline(golden_copy))
+    )
 
 
 def test_stale_config_is_reported_as_stale_not_drift(golden_copy):
@@ -138,18 +151,22 @@ def _manifest_edit(directory: Path, edit) -> None:
 
 def test_float_inputs_within_rounding_noise_are_not_stale(golden_copy):
     """Inputs computed in float move by rounding noise across CPUs: not a reason to call it stale."""
+
     def nudge(manifest):
         for sketch in manifest["input_sketch"].values():
             sketch[1] *= 1 + 1e-6
+
     _manifest_edit(golden_copy, nudge)
     assert GOLDEN.run(_pipeline(golden_copy)).passed
 
 
 def test_changed_float_input_is_stale(golden_copy):
     """An input whose content moved by 1% (another generator, a changed preprocessing)."""
+
     def change(manifest):
         sketch = manifest["input_sketch"]["evaluation[default].inputs_embeds"]
         sketch[1] *= 1.01
+
     _manifest_edit(golden_copy, change)
     text = problems_text(GOLDEN.run(_pipeline(golden_copy)))
     assert "is stale: float inputs changed by more than rounding noise" in text
@@ -158,9 +175,12 @@ def test_changed_float_input_is_stale(golden_copy):
 def test_failure_names_the_platform_that_wrote_the_golden(golden_copy):
     def elsewhere(manifest):
         manifest["platform"]["cpu_capability"] = "NEON"
+
     _manifest_edit(golden_copy, elsewhere)
     _edit(golden_copy, lambda t: t["qparams.obs_encoder_out.zp"].add_(1))
-    assert "[golden written on another platform: cpu_capability 'NEON' -> " in problems_text(GOLDEN.run(_pipeline(golden_copy)))
+    assert "[golden written on another platform: cpu_capability 'NEON' -> " in problems_text(
+        GOLDEN.run(_pipeline(golden_copy))
+    )
 
 
 def test_version_change_is_named(golden_copy):
@@ -169,7 +189,9 @@ def test_version_change_is_named(golden_copy):
     manifest["versions"]["transformers"] = "5.9.0"
     manifest_path.write_text(json.dumps(manifest))
     _edit(golden_copy, lambda t: t["qparams.obs_encoder_out.zp"].add_(1))
-    assert f"(manifest differs: transformers 5.9.0 -> {PINNED['transformers']})" in problems_text(GOLDEN.run(_pipeline(golden_copy)))
+    assert f"(manifest differs: transformers 5.9.0 -> {PINNED['transformers']})" in problems_text(
+        GOLDEN.run(_pipeline(golden_copy))
+    )
 
 
 def test_missing_golden_fails_with_the_command(tmp_path):
@@ -180,7 +202,9 @@ def test_missing_golden_fails_with_the_command(tmp_path):
 
 def test_missing_manifest_fails_cleanly(golden_copy):
     golden.paths(golden_copy, "gemma4_vision_encoder", "tiny")[1].unlink()
-    assert "golden manifest gemma4_vision_encoder.tiny.json is missing" in problems_text(GOLDEN.run(_pipeline(golden_copy)))
+    assert "golden manifest gemma4_vision_encoder.tiny.json is missing" in problems_text(
+        GOLDEN.run(_pipeline(golden_copy))
+    )
 
 
 def test_truncated_file_fails_cleanly(golden_copy):
@@ -218,7 +242,11 @@ def test_defect_under_every_threshold_is_caught_by_golden_alone(written, monkeyp
     monkeypatch.setattr(QuantGemma4VisionEncoder, "freeze_qparams", nudged)
     pipeline = _pipeline(written)
     for check in all_checks():
-        if check.name != "golden" and check.applies(VISION_ENCODER) is None and check.name not in VISION_ENCODER.expected_failures:
+        if (
+            check.name != "golden"
+            and check.applies(VISION_ENCODER) is None
+            and check.name not in VISION_ENCODER.expected_failures
+        ):
             if check.name in ("circle_replay", "qparam_audit", "torch_export"):
                 continue  # export checks compare the model with itself; skipped here for time
             result = check.run(pipeline)
@@ -233,8 +261,22 @@ def test_update_golden_is_the_only_writer(tmp_path):
 
 
 def _goldens_via_pytest(golden_dir: Path, *xdist: str) -> dict[str, str]:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, "-k", "golden", "--update-golden",
-           "--golden-dir", str(golden_dir), "--wrapq-report-dir", str(golden_dir / "reports")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *xdist,
+        "-k",
+        "golden",
+        "--update-golden",
+        "--golden-dir",
+        str(golden_dir),
+        "--wrapq-report-dir",
+        str(golden_dir / "reports"),
+    ]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:]
     return {
@@ -295,7 +337,9 @@ def _adapter_raising(case):
     def adapter(root, sample, built):
         class Refusing(torch.nn.Module):
             def forward(self, *args):
-                raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types")
+                raise RuntimeError(
+                    "Expected tensor for argument #1 'indices' to have one of the following scalar types"
+                )
 
         return Refusing()
 

@@ -37,7 +37,8 @@ def test_two_observers_clipping_one_tensor_read_zero_alone_and_their_loss_togeth
     for obs in (layer.obs_softmax, layer.obs_attn_weights):
         obs.load_qparams(obs._cached_scale * 0.25, obs._cached_zp)
     as_is, _, (alone_softmax, alone_weights, together) = ablate_groups(
-        pipeline, [PROBABILITIES[:1], PROBABILITIES[1:], PROBABILITIES])
+        pipeline, [PROBABILITIES[:1], PROBABILITIES[1:], PROBABILITIES]
+    )
     assert clean_sqnr - as_is > 3.0, (clean_sqnr, as_is)  # the defect costs accuracy
     assert abs(alone_softmax.gain_db) < 0.5 and abs(alone_weights.gain_db) < 0.5, (alone_softmax, alone_weights)
     assert together.gain_db > 3.0 and together.sites == ["wrapped.obs_softmax", "wrapped.obs_attn_weights"]
@@ -61,16 +62,23 @@ def test_a_pattern_selecting_no_site_is_an_error_not_a_zero_gain():
 
 def test_explain_prints_the_group_table_and_refuses_an_unmatched_pattern():
     def explain(*args):
-        return subprocess.run([sys.executable, "-m", "harness", "explain", "llama_attention_prefill", *args],
-                              cwd=REPO, capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        return subprocess.run(
+            [sys.executable, "-m", "harness", "explain", "llama_attention_prefill", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
 
     done = explain("--off", ",".join(PROBABILITIES), "--only", ",".join(PROBABILITIES))
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("llama_attention_prefill [tiny]  sample 'default': SQNR as is"), lines[0]
     assert lines[1].split() == ["group", "switched", "sites", "SQNR", "dB", "gain", "dB", "PEIR"]
-    assert [line.split()[:2] for line in lines[3:]] == [["*obs_softmax,*obs_attn_weights", "off"],
-                                                        ["*obs_softmax,*obs_attn_weights", "all"]]
+    assert [line.split()[:2] for line in lines[3:]] == [
+        ["*obs_softmax,*obs_attn_weights", "off"],
+        ["*obs_softmax,*obs_attn_weights", "all"],
+    ]
     refused = explain("--off", "*obs_sofmax")
     assert refused.returncode == 2 and "select no fake-quant site" in refused.stderr, refused.stderr

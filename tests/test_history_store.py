@@ -16,14 +16,21 @@ from pathlib import Path
 import pytest
 
 from harness.checks.base import Metric, RegressionPolicy
-from harness.report import history, policy
+from harness.commands import history as history_command
+from harness.report import dashboard, history, policy, regression
 from tests import dashboard_fixture
 from tests.report_fixture import results_doc
 
 REPO = Path(__file__).resolve().parents[1]
 PEIR = ("good_case", "tiny", "quant_accuracy", "peir")
-PLATFORM_A = {"cpu": "Intel Xeon A", "machine": "x86_64", "cpu_capability": "AVX512", "blas": "MKL", "torch_threads": 1,
-              "env": {}}
+PLATFORM_A = {
+    "cpu": "Intel Xeon A",
+    "machine": "x86_64",
+    "cpu_capability": "AVX512",
+    "blas": "MKL",
+    "torch_threads": 1,
+    "env": {},
+}
 PLATFORM_B = {**PLATFORM_A, "cpu": "Apple M2", "machine": "arm64", "cpu_capability": "DEFAULT", "blas": "OpenBLAS"}
 
 # The schema as it was before it was versioned (PRAGMA user_version 0), verbatim.
@@ -80,11 +87,21 @@ def test_a_database_in_the_previous_schema_is_migrated_and_its_data_survive(tmp_
     schema = PREVIOUS_SCHEMA if with_better else PREVIOUS_SCHEMA.replace(",\n    better TEXT", "")
     con.executescript(schema)
     for run_id, peir in enumerate((0.05, 0.05, 0.05, 0.08), start=1):
-        con.execute("INSERT INTO runs (started_at, commit_sha, profiles, versions, exitstatus) VALUES (?, ?, ?, ?, ?)",
-                    (f"2026-10-0{run_id}T00:00:00Z", f"c{run_id}000000", '["tiny"]', '{"tico": "0.3.0"}', 0))
-        con.execute("INSERT INTO items (run_id, nodeid, case_name, profile, check_name, outcome) VALUES (?, ?, ?, ?, ?, ?)",
-                    (run_id, "cases/fixture.py::good_case[tiny]::quant_accuracy", "good_case", "tiny",
-                     "quant_accuracy", "passed"))
+        con.execute(
+            "INSERT INTO runs (started_at, commit_sha, profiles, versions, exitstatus) VALUES (?, ?, ?, ?, ?)",
+            (f"2026-10-0{run_id}T00:00:00Z", f"c{run_id}000000", '["tiny"]', '{"tico": "0.3.0"}', 0),
+        )
+        con.execute(
+            "INSERT INTO items (run_id, nodeid, case_name, profile, check_name, outcome) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                "cases/fixture.py::good_case[tiny]::quant_accuracy",
+                "good_case",
+                "tiny",
+                "quant_accuracy",
+                "passed",
+            ),
+        )
         columns = "run_id, case_name, profile, check_name, metric, value" + (", better" if with_better else "")
         values = (run_id, "good_case", "tiny", "quant_accuracy", "peir", peir) + (("lower",) if with_better else ())
         con.execute(f"INSERT INTO metrics ({columns}) VALUES ({', '.join('?' * len(values))})", values)
@@ -92,7 +109,7 @@ def test_a_database_in_the_previous_schema_is_migrated_and_its_data_survive(tmp_
     con.close()
     assert history.schema_version(db) == 0
 
-    summary = history.dashboard(db, tmp_path / "d.html")  # opening with the new code migrates
+    summary = dashboard.dashboard(db, tmp_path / "d.html")  # opening with the new code migrates
     assert history.schema_version(db) == history.SCHEMA_VERSION == 1
     con = sqlite3.connect(db)
     assert {r[1] for r in con.execute("PRAGMA table_info(runs)")} >= {"testbed", "platform"}
@@ -109,7 +126,7 @@ def test_a_database_in_the_previous_schema_is_migrated_and_its_data_survive(tmp_
 
     # a new run records its testbed: a new series, never judged against the unrecorded runs
     history.append_run(db, _doc(peir=0.2, day=5))
-    summary = history.dashboard(db, tmp_path / "d.html")
+    summary = dashboard.dashboard(db, tmp_path / "d.html")
     assert [tb["id"] for tb in summary["testbeds"]] == [history.testbed_id(PLATFORM_A), None]
     assert history.schema_version(db) == 1 and _counts(db)[0] == 5
 
@@ -122,7 +139,7 @@ def test_a_database_from_a_newer_harness_is_refused(tmp_path, capsys):
     con.close()
     with pytest.raises(history.HistoryError, match="schema version 2; this harness reads up to 1"):
         history.append_run(db, _doc())
-    assert history.main(["dashboard", "--db", str(db), "--out", str(tmp_path / "d.html")]) == 2
+    assert history_command.main(["dashboard", "--db", str(db), "--out", str(tmp_path / "d.html")]) == 2
     assert "schema version 2" in capsys.readouterr().err
     assert _counts(db)[0] == 1
 
@@ -132,7 +149,8 @@ APPENDER = """
 import json, sys, time
 from pathlib import Path
 from harness.report import history
-db, doc_path, start, worker, runs = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+db, doc_path, start = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+worker, runs = sys.argv[4], int(sys.argv[5])
 doc = json.loads(doc_path.read_text())
 while not start.exists():
     time.sleep(0.005)
@@ -149,8 +167,15 @@ def test_appends_from_several_processes_at_once_lose_no_run(tmp_path):
     doc = _doc()
     (tmp_path / "doc.json").write_text(json.dumps(doc))
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    procs = [subprocess.Popen([sys.executable, "-c", APPENDER, str(db), str(tmp_path / "doc.json"), str(start), str(w), "5"],
-                              env=env, stderr=subprocess.PIPE, text=True) for w in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", APPENDER, str(db), str(tmp_path / "doc.json"), str(start), str(w), "5"],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(4)
+    ]
     time.sleep(1.0)  # let every process import and wait at the barrier
     start.touch()
     for p in procs:
@@ -212,8 +237,13 @@ def test_a_process_killed_mid_append_leaves_no_half_run(tmp_path):
     before = _counts(db)
     (tmp_path / "doc.json").write_text(json.dumps(_doc(peir=0.9)))
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, "-c", KILLED, str(db), str(tmp_path / "doc.json")], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED, str(db), str(tmp_path / "doc.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 9, done.stderr[-2000:]
     assert _counts(db) == before  # SQLite rolls the hot journal back on the next open
     history.append_run(db, _doc())
@@ -231,24 +261,26 @@ def test_series_are_compared_only_within_one_testbed(tmp_path, capsys):
     for day in range(1, 9):
         a = day % 2 == 1
         history.append_run(db, _doc(peir=0.05 if a else 0.08, day=day, platform=PLATFORM_A if a else PLATFORM_B))
-    summary = history.dashboard(db, tmp_path / "d.html")
+    summary = dashboard.dashboard(db, tmp_path / "d.html")
     assert summary["regressions"] == [] and summary["improvements"] == []
     assert [tb["id"] for tb in summary["testbeds"]] == [history.testbed_id(PLATFORM_B), history.testbed_id(PLATFORM_A)]
     assert summary["testbeds"][0]["label"] == "Apple M2 / capability DEFAULT / 1 thread"
     history.append_run(db, _doc(peir=0.09, day=9, platform=PLATFORM_A))  # worse on A (0.05), better than B (0.08)
-    summary = history.dashboard(db, tmp_path / "d.html")
+    summary = dashboard.dashboard(db, tmp_path / "d.html")
     [entry] = summary["regression_entries"]
     assert (entry["testbed"], entry["baseline"], entry["latest"]) == (history.testbed_id(PLATFORM_A), 0.05, 0.09)
     assert entry["moved"]["from_run"] == 7 and entry["moved"]["to_run"] == 9  # A's previous run, not B's run 8
     html = (tmp_path / "d.html").read_text()
     assert html.count('<table class="heatmap"') == 2 and "Testbed: Apple M2" in html
-    assert history.main(["dashboard", "--db", str(db), "--out", str(tmp_path / "d.html")]) == 0
+    assert history_command.main(["dashboard", "--db", str(db), "--out", str(tmp_path / "d.html")]) == 0
     assert "testbed " + history.testbed_id(PLATFORM_A) in capsys.readouterr().out
 
 
 def test_the_testbed_is_what_decides_float_bits_not_the_versions():
     assert history.testbed_id({**PLATFORM_A, "cpu_capability": "AVX2"}) != history.testbed_id(PLATFORM_A)
-    assert history.testbed_id({**PLATFORM_A, "env": {"ATEN_CPU_CAPABILITY": "default"}}) != history.testbed_id(PLATFORM_A)
+    assert history.testbed_id({**PLATFORM_A, "env": {"ATEN_CPU_CAPABILITY": "default"}}) != history.testbed_id(
+        PLATFORM_A
+    )
     assert history.testbed_id({**PLATFORM_A, "torch_threads": 2}) != history.testbed_id(PLATFORM_A)
     assert history.testbed_id(dict(reversed(list(PLATFORM_A.items())))) == history.testbed_id(PLATFORM_A)
     assert history.testbed_id(None) is None
@@ -266,13 +298,21 @@ def test_metric_declares_a_regression_policy_stored_with_its_values(tmp_path):
     for day, value in enumerate((0.05, 0.05, 0.05, 0.08), start=1):
         doc = _doc(peir=value, day=day)
         next(m for m in doc["run"]["checks"]["quant_accuracy"]["metrics"] if m["name"] == "peir")["regression"] = {
-            "margin": 0.7, "noise_k": 3.0, "abs_floor": 1e-9}
+            "margin": 0.7,
+            "noise_k": 3.0,
+            "abs_floor": 1e-9,
+        }
         history.append_run(db, doc)
     con = sqlite3.connect(db)
-    assert json.loads(con.execute("SELECT policy FROM metrics WHERE metric = 'peir' LIMIT 1").fetchone()[0])["margin"] == 0.7
+    assert (
+        json.loads(con.execute("SELECT policy FROM metrics WHERE metric = 'peir' LIMIT 1").fetchone()[0])["margin"]
+        == 0.7
+    )
     con.close()
-    summary = history.dashboard(db, tmp_path / "d.html", margin=0.1)
-    assert PEIR not in summary["regressions"]  # +60% is inside the metric's own 70% margin; --margin is its default only
+    summary = dashboard.dashboard(db, tmp_path / "d.html", margin=0.1)
+    assert (
+        PEIR not in summary["regressions"]
+    )  # +60% is inside the metric's own 70% margin; --margin is its default only
 
 
 def _noisy_history(db: Path, latest: float) -> None:
@@ -286,29 +326,44 @@ def _noisy_history(db: Path, latest: float) -> None:
 def test_the_noise_band_widens_the_margin_for_a_noisy_series_and_a_policy_file_overrides_it(tmp_path, capsys):
     db = tmp_path / "h.sqlite"
     _noisy_history(db, latest=0.062)  # +17% on the median 0.053: beyond the 10% margin, within 3 x its noise
-    summary = history.dashboard(db, tmp_path / "d.html")
+    summary = dashboard.dashboard(db, tmp_path / "d.html")
     assert PEIR not in summary["regressions"]
     values = [0.05, 0.054, 0.047, 0.055, 0.046, 0.053, 0.045, 0.054, 0.048, 0.053, 0.046, 0.055]
-    noise = history.noise_of(values, 0.05)
+    noise = regression.noise_of(values, 0.05)
     assert noise is not None and 0.005 < noise < 0.012
-    verdict = history.judge(values + [0.062], True, 5, 0.1, noise_k=3.0)
+    verdict = regression.judge(values + [0.062], True, 5, 0.1, noise_k=3.0)
     assert verdict["baseline"] == 0.053 and verdict["allowed"] == pytest.approx(3 * noise) and not verdict["regressed"]
-    assert history.judge(values + [0.062], True, 5, 0.1, noise_k=0.0)["regressed"]
-    assert history.noise_of([0.05] * 12, 0.05) is None  # deterministic: judged by the margin alone
-    assert history.noise_of([0.05, 0.06], 0.05) is None  # too few runs to measure a spread
+    assert regression.judge(values + [0.062], True, 5, 0.1, noise_k=0.0)["regressed"]
+    assert regression.noise_of([0.05] * 12, 0.05) is None  # deterministic: judged by the margin alone
+    assert regression.noise_of([0.05, 0.06], 0.05) is None  # too few runs to measure a spread
 
     pol = tmp_path / "policy.toml"
-    pol.write_text('[[policy]]\ncase = "good_*"\ncheck = "quant_accuracy"\nmetric = "peir"\nnoise_k = 0\n'
-                   'reason = "PEIR is deterministic on a testbed: any move beyond the margin counts"\n'
-                   '[[policy]]\ncase = "no_such_case"\nmargin = 0.5\nreason = "typo"\n')
-    args = ["dashboard", "--db", str(db), "--out", str(tmp_path / "d.html"), "--policy", str(pol), "--fail-on-regression"]
-    assert history.main(args) == 1
+    pol.write_text(
+        '[[policy]]\ncase = "good_*"\ncheck = "quant_accuracy"\nmetric = "peir"\nnoise_k = 0\n'
+        'reason = "PEIR is deterministic on a testbed: any move beyond the margin counts"\n'
+        '[[policy]]\ncase = "no_such_case"\nmargin = 0.5\nreason = "typo"\n'
+    )
+    args = [
+        "dashboard",
+        "--db",
+        str(db),
+        "--out",
+        str(tmp_path / "d.html"),
+        "--policy",
+        str(pol),
+        "--fail-on-regression",
+    ]
+    assert history_command.main(args) == 1
     out = capsys.readouterr().out
     assert "REGRESSION good_case[tiny] quant_accuracy peir" in out
     assert "UNUSED policy entry 2 (typo): matches no series" in out
     entries = policy.load_policies(pol)
-    resolved = policy.resolve({"margin": None, "noise_k": 3.0, "abs_floor": 1e-9}, entries, 0.1,
-                              ("tb", "good_case", "tiny", "quant_accuracy", "peir"))
+    resolved = policy.resolve(
+        {"margin": None, "noise_k": 3.0, "abs_floor": 1e-9},
+        entries,
+        0.1,
+        ("tb", "good_case", "tiny", "quant_accuracy", "peir"),
+    )
     assert (resolved["margin"], resolved["noise_k"]) == (0.1, 0.0)
     assert resolved["sources"] == {"margin": "--margin", "noise_k": "policy entry 1", "abs_floor": "metric"}
 
@@ -319,28 +374,35 @@ def test_a_policy_per_case_and_the_default_policy_file(tmp_path, monkeypatch, ca
         history.append_run(db, _doc(peir=value, day=day))
     monkeypatch.chdir(tmp_path)
     args = ["dashboard", "--db", str(db), "--out", str(tmp_path / "d.html"), "--fail-on-regression"]
-    assert history.main(args) == 1
+    assert history_command.main(args) == 1
     (tmp_path / "regression_policy.toml").write_text(
         '[[policy]]\ncase = "good_case"\nprofile = "tiny"\nmetric = "peir"\nmargin = 0.75\n'
-        'reason = "good_case PEIR swings with its calibration set"\n')
-    assert history.main(args) == 0  # ./regression_policy.toml is read when present
+        'reason = "good_case PEIR swings with its calibration set"\n'
+    )
+    assert history_command.main(args) == 0  # ./regression_policy.toml is read when present
     assert "0 regressions" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("text, message", [
-    ('[[policy]]\nmargin = 0.2\n', "entry 1: 'reason' is required"),
-    ('[[policy]]\nreason = "r"\n', "set at least one of margin, noise_k, abs_floor"),
-    ('[[policy]]\nmargin = -0.1\nreason = "r"\n', "'margin' must be a finite number >= 0, got -0.1"),
-    ('[[policy]]\nmargn = 0.1\nreason = "r"\n', "unknown field(s) margn"),
-    ('[policy]\nmargin = 0.1\n', "'policy' must be a list of entries"),
-    ('[[policy]\n', "cannot be parsed"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[[policy]]\nmargin = 0.2\n", "entry 1: 'reason' is required"),
+        ('[[policy]]\nreason = "r"\n', "set at least one of margin, noise_k, abs_floor"),
+        ('[[policy]]\nmargin = -0.1\nreason = "r"\n', "'margin' must be a finite number >= 0, got -0.1"),
+        ('[[policy]]\nmargn = 0.1\nreason = "r"\n', "unknown field(s) margn"),
+        ("[policy]\nmargin = 0.1\n", "'policy' must be a list of entries"),
+        ("[[policy]\n", "cannot be parsed"),
+    ],
+)
 def test_a_bad_policy_file_exits_2_with_a_message(tmp_path, capsys, text, message):
     db = tmp_path / "h.sqlite"
     history.append_run(db, _doc())
     path = tmp_path / "p.toml"
     path.write_text(text)
-    assert history.main(["dashboard", "--db", str(db), "--out", str(tmp_path / "d.html"), "--policy", str(path)]) == 2
+    assert (
+        history_command.main(["dashboard", "--db", str(db), "--out", str(tmp_path / "d.html"), "--policy", str(path)])
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("history: error: ") and message in err
 
@@ -349,7 +411,7 @@ def test_the_committed_policy_file_is_valid():
     path = REPO / policy.DEFAULT_FILE
     assert isinstance(policy.load_policies(path), list)
     lines = path.read_text().splitlines()
-    example = "\n".join(line[2:] for line in lines[lines.index("# [[policy]]"):] if line.startswith("# "))
+    example = "\n".join(line[2:] for line in lines[lines.index("# [[policy]]") :] if line.startswith("# "))
     [entry] = policy.parse_policies(__import__("tomllib").loads(example), "example")
     assert entry.values == (("noise_k", 4.0),)
 
@@ -362,16 +424,16 @@ def test_page_weight_at_50_cases_3_profiles_100_nights(tmp_path):
     db = dashboard_fixture.build(tmp_path / "h.sqlite", cases=50, nights=100, noisy=True)
     out = tmp_path / "dashboard.html"
     started = time.perf_counter()
-    summary = history.dashboard(db, out)
+    summary = dashboard.dashboard(db, out)
     elapsed = time.perf_counter() - started
     size = out.stat().st_size
     assert summary["series"] == 50 * 3 * 12 and summary["runs"] == 100
     assert size < PAGE_BUDGET, f"dashboard is {size} bytes (budget {PAGE_BUDGET})"
     assert elapsed < 30, f"rendering took {elapsed:.1f} s"
     html = out.read_text()
-    assert html.count("<svg class=\"spark") == summary["series"]
+    assert html.count('<svg class="spark') == summary["series"]
     assert html.count("<details data-s=") == summary["series"]
-    assert "<svg class=\"chart\"" not in html  # detailed charts are built on demand only
+    assert '<svg class="chart"' not in html  # detailed charts are built on demand only
     assert "http://" not in html.replace('"http://www.w3.org/2000/svg"', "") and "https://" not in html
 
 
@@ -383,17 +445,26 @@ def _decode(enc: list) -> list:
         if tok == "n":
             out.append(None)
         elif tok.startswith("*"):
-            out += [q * 10.0 ** exponent] * int(tok[1:])
+            out += [q * 10.0**exponent] * int(tok[1:])
         else:
             q += int(tok)
-            out.append(q * 10.0 ** exponent)
+            out.append(q * 10.0**exponent)
     return out
 
 
-@pytest.mark.parametrize("values", [[0.05] * 100, [0.05, None, 0.05, 0.0512, 0.0512, 0.0512, None, None, 0.049],
-                                    [30.01, 29.98, 30.02, 24.0], [0.0, 0.0, 1.0, 3.0, 3.0], [None, 1e-6, 1.2e-6], []])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0.05] * 100,
+        [0.05, None, 0.05, 0.0512, 0.0512, 0.0512, None, None, 0.049],
+        [30.01, 29.98, 30.02, 24.0],
+        [0.0, 0.0, 1.0, 3.0, 3.0],
+        [None, 1e-6, 1.2e-6],
+        [],
+    ],
+)
 def test_chart_values_round_trip_to_five_significant_digits(values):
-    enc = history.encode_values(values)
+    enc = dashboard.encode_values(values)
     decoded = _decode(enc)
     assert len(decoded) == len(values)
     top = max((abs(v) for v in values if v is not None), default=0.0)

@@ -28,3 +28,19 @@ def test_ruff_lint_is_clean():
 def test_ruff_format_is_clean():
     result = _run(str(BIN / "ruff"), "format", "--check", ".")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_no_harness_module_is_over_400_lines():
+    sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines()) for p in (ROOT / "harness").rglob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > 400} == {}
+
+
+def test_the_module_table_is_current():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import module_table
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    assert module_table.current() == module_table.table(), (
+        "run: ./scripts/env.sh python scripts/module_table.py --write"
+    )

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 import wrapq_vision_rotary.quant_vision_rotary_embedding as rope_module
+from wrapq_vision_rotary import QuantQwen3VLVisionRotaryEmbedding
+
 from examples.qwen3_vl_vision_rotary.cases.qwen3_vl_vision_rotary_embedding import CASE
 from tests.helpers import problems_text, run_check, run_clean_check
-from wrapq_vision_rotary import QuantQwen3VLVisionRotaryEmbedding
 
 CLEAN_CHECKS = [
     "noquant_parity",

@@ -8,10 +8,9 @@ import textwrap
 
 import pytest
 
-from tests.helpers import PINNED
-
 from harness import Case
 from harness.checks import all_checks
+from tests.helpers import PINNED
 
 N_CHECKS = len(all_checks())
 # Checks that need no capability: what a plain nn.Linear case (no export/rotary/mask) runs.
@@ -19,12 +18,16 @@ _PLAIN = Case(name="plain", family="nn", build=lambda profile: None)
 LINEAR_APPLICABLE = sum(1 for check in all_checks() if check.applies(_PLAIN) is None)
 # ... and on toy_linear's second profile, "wide": a check may declare itself for some profiles only
 # (attribution runs on a case's first profile).
-_TWO_PROFILES = Case(name="plain", family="nn", build=lambda profile: None, profiles=("tiny", "wide"),
-                     golden_profiles=("tiny", "wide"))
-WIDE_APPLICABLE = sum(1 for check in all_checks() if check.applies(_TWO_PROFILES) is None
-                      and check.applies_to_profile(_TWO_PROFILES, "wide") is None)
+_TWO_PROFILES = Case(
+    name="plain", family="nn", build=lambda profile: None, profiles=("tiny", "wide"), golden_profiles=("tiny", "wide")
+)
+WIDE_APPLICABLE = sum(
+    1
+    for check in all_checks()
+    if check.applies(_TWO_PROFILES) is None and check.applies_to_profile(_TWO_PROFILES, "wide") is None
+)
 
-TOY_CASES = '''
+TOY_CASES = """
 import torch
 from harness import Built, Case, CaseInputs, Sample
 
@@ -41,7 +44,7 @@ CASES = [
     Case(name="toy_future", family="nn", build=build_linear, min_versions={"transformers": "99.0"}),
     Case(name="toy_missing", family="nn", build=build_linear, requires=("no_such_module_xyz",)),
 ]
-'''
+"""
 
 
 INI = """
@@ -65,7 +68,10 @@ def toy_goldens(tmp_path_factory):
     (root / "cases" / "toy.py").write_text(textwrap.dedent(TOY_CASES))
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-k", "golden", "--update-golden", "--profile", "all"],
-        cwd=root, capture_output=True, text=True, timeout=300,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout[-2000:]
     return root / "golden"
@@ -120,21 +126,26 @@ def test_skip_reasons_and_results_json(project):
 def test_second_case_directory_and_golden_kept_for_tiny_only(pytester):
     """An out-of-tree case directory is collected next to cases/, and a real-width profile
     without goldens reports its golden item as not applicable (with why), not as missing."""
-    pytester.makeini(INI.replace("wrapq_cases_dir = cases", "wrapq_cases_dir =\n    cases\n    extra/cases")
-                     .replace("testpaths = cases", "testpaths = cases extra/cases"))
+    pytester.makeini(
+        INI.replace("wrapq_cases_dir = cases", "wrapq_cases_dir =\n    cases\n    extra/cases").replace(
+            "testpaths = cases", "testpaths = cases extra/cases"
+        )
+    )
     pytester.mkpydir("cases")
     (pytester.path / "extra" / "cases").mkdir(parents=True)
-    nightly = textwrap.dedent(TOY_CASES).split("CASES = [")[0] + textwrap.dedent('''
+    nightly = textwrap.dedent(TOY_CASES).split("CASES = [")[0] + textwrap.dedent("""
         CASES = [Case(name="toy_nightly", family="nn", build=build_linear, profiles=("tiny", "wide"),
                       settings={"quant_accuracy": {"max_peir": 0.3}})]
-    ''')
+    """)
     (pytester.path / "extra" / "cases" / "nightly.py").write_text(nightly)
     result = pytester.runpytest_subprocess("--profile", "wide", "-k", "golden or quant_accuracy", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     assert "keeps goldens for profile(s) tiny only; the wide profile is gated by its thresholds" in result.stdout.str()
     outcomes = {r["nodeid"]: r["outcome"] for r in _results(pytester)["results"]}
-    assert outcomes == {"extra/cases/nightly.py::toy_nightly[wide]::golden": "skipped",
-                        "extra/cases/nightly.py::toy_nightly[wide]::quant_accuracy": "passed"}
+    assert outcomes == {
+        "extra/cases/nightly.py::toy_nightly[wide]::golden": "skipped",
+        "extra/cases/nightly.py::toy_nightly[wide]::quant_accuracy": "passed",
+    }
 
 
 def test_golden_profiles_must_be_listed_profiles():
@@ -147,8 +158,10 @@ def test_golden_profiles_must_be_listed_profiles():
 def test_xdist_results_are_merged_on_the_controller(project):
     result = project.runpytest_subprocess("-n", "2", "-v", "--profile", "tiny", "--profile", "wide")
     # toy_linear runs in both profiles; the two unavailable cases list only "tiny".
-    result.assert_outcomes(passed=LINEAR_APPLICABLE + WIDE_APPLICABLE,
-                           skipped=(N_CHECKS - LINEAR_APPLICABLE) + (N_CHECKS - WIDE_APPLICABLE) + 2 * N_CHECKS)
+    result.assert_outcomes(
+        passed=LINEAR_APPLICABLE + WIDE_APPLICABLE,
+        skipped=(N_CHECKS - LINEAR_APPLICABLE) + (N_CHECKS - WIDE_APPLICABLE) + 2 * N_CHECKS,
+    )
     assert "scheduling tests via CrashSafeLoadScopeScheduling" in result.stdout.str()
     # loadscope: every check of one (case, profile) ran on one worker, sharing its pipeline.
     workers: dict[str, set[str]] = {}
@@ -185,7 +198,7 @@ def test_history_flag_appends_each_run(project):
 
 def test_failing_check_reports_clear_message(project):
     (project.path / "cases" / "strict.py").write_text(
-        textwrap.dedent(TOY_CASES).replace("\"max_peir\": 0.3", "\"max_peir\": 1e-9").replace('"toy_', '"strict_')
+        textwrap.dedent(TOY_CASES).replace('"max_peir": 0.3', '"max_peir": 1e-9').replace('"toy_', '"strict_')
     )
     result = project.runpytest_subprocess("-k", "strict_linear and tiny and quant_accuracy")
     result.assert_outcomes(failed=1)
@@ -210,10 +223,14 @@ def test_malformed_case_fails_alone_with_case_and_field(project):
     # One definition item per bad setting; the case's checks are not run on settings that do not exist.
     result.assert_outcomes(passed=1, failed=2)
     out = result.stdout.str()
-    assert ("malformed case definition in broken.py: case 'bad_case': field \"settings['quant_accuracy'].max_peir\": "
-            "must be a number or None, got str '0.1'") in out
-    assert ("case 'bad_case': field \"settings['circle_replay']\": circle_replay has no setting 'max_stepz' "
-            "(settings: max_steps, mean_steps, ") in out
+    assert (
+        "malformed case definition in broken.py: case 'bad_case': field \"settings['quant_accuracy'].max_peir\": "
+        "must be a number or None, got str '0.1'"
+    ) in out
+    assert (
+        "case 'bad_case': field \"settings['circle_replay']\": circle_replay has no setting 'max_stepz' "
+        "(settings: max_steps, mean_steps, "
+    ) in out
 
 
 def test_duplicate_case_names_fail_both_copies(project):

@@ -17,10 +17,26 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _golden_run(tmp_path: Path, capability: str, selection: str, defect: str | None = None) -> subprocess.CompletedProcess:
+def _golden_run(
+    tmp_path: Path, capability: str, selection: str, defect: str | None = None
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "2", "-k", selection, "--sweep", "off", "--no-circle-cache", "--no-export-cache",
-           "--wrapq-report-dir", str(tmp_path / "reports")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-n",
+        "2",
+        "-k",
+        selection,
+        "--sweep",
+        "off",
+        "--no-circle-cache",
+        "--no-export-cache",
+        "--wrapq-report-dir",
+        str(tmp_path / "reports"),
+    ]
     if defect:
         env["WRAPQ_SEEDED_DEFECT"] = defect
         cmd += ["-p", "tests.seeded_defect_plugin"]
@@ -39,8 +55,10 @@ def test_every_golden_item_passes_under_another_kernel_selection(tmp_path, capab
 
 
 # Deep cases where a rounding flip moves outputs by whole steps, and leaf cases.
-DEFECT_CASES = ("gemma4_model or qwen3_vl_for_conditional_generation or gemma4_text_decoder_layer_shared_kv "
-                "or gemma4_vision_encoder or nn_linear or llama_mlp")
+DEFECT_CASES = (
+    "gemma4_model or qwen3_vl_for_conditional_generation or gemma4_text_decoder_layer_shared_kv "
+    "or gemma4_vision_encoder or nn_linear or llama_mlp"
+)
 
 
 @pytest.mark.parametrize("defect", ["output_scale_one_level", "output_zp_off_by_one"])
@@ -52,8 +70,9 @@ def test_observer_defects_fail_every_golden_under_the_scalar_kernels(tmp_path, d
 
 
 def test_skipped_weight_fake_quant_fails_golden_under_the_scalar_kernels(tmp_path):
-    done = _golden_run(tmp_path, "default", "golden and (gemma4_vision_encoder or nn_linear or llama_mlp)",
-                       "weight_fake_quant_skipped")
+    done = _golden_run(
+        tmp_path, "default", "golden and (gemma4_vision_encoder or nn_linear or llama_mlp)", "weight_fake_quant_skipped"
+    )
     assert done.returncode == 1, done.stdout[-3000:]
     assert done.stdout.splitlines()[-1].startswith("5 failed"), done.stdout[-3000:]
     assert "err_ratio" in done.stdout

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cases.nn import CASES as NN_CASES
-from harness import Case, Expected
+from harness import Expected
 from harness.case import CaseDefinitionError
 from harness.compare import compare_close
 from harness.expectations import judge
@@ -60,7 +60,9 @@ def test_allowlisted_observer_that_is_fed_fails_observer_use():
 
 def test_allowlist_pattern_matching_nothing_fails():
     case = dataclasses.replace(NN_LINEAR, unused_observers={"no_such_observer*": "stale"})
-    assert "unused_observers entry 'no_such_observer*' matches no observer" in problems_text(run_check(case, "observer_use"))
+    assert "unused_observers entry 'no_such_observer*' matches no observer" in problems_text(
+        run_check(case, "observer_use")
+    )
     assert "matches no observer of the wrapper tree" in problems_text(run_check(case, "calibration_coverage"))
 
 
@@ -72,18 +74,22 @@ def test_stale_qparam_allowlist_entry_fails():
 
 def test_ungated_sample_that_does_not_exist_fails():
     case = dataclasses.replace(NN_LINEAR, ungated_samples={"padded": "no such sample in nn_linear"})
-    assert "ungated_samples entry 'padded' names no evaluation sample" in problems_text(run_check(case, "quant_accuracy"))
+    assert "ungated_samples entry 'padded' names no evaluation sample" in problems_text(
+        run_check(case, "quant_accuracy")
+    )
 
 
 def test_comparison_over_zero_elements_is_a_problem_not_a_pass():
     x = torch.randn(1, 4, 8)
-    metrics, problem = compare_close("all padding", x, x, atol=1e-5, rtol=0, valid_tokens=torch.zeros(1, 4, dtype=torch.bool))
+    metrics, problem = compare_close(
+        "all padding", x, x, atol=1e-5, rtol=0, valid_tokens=torch.zeros(1, 4, dtype=torch.bool)
+    )
     assert metrics["compared_elements"] == 0 and "no valid element to compare" in problem
 
 
 # -- through pytest ------------------------------------------------------------------------
 
-CASES = '''
+CASES = """
 import torch
 from harness import Built, Case, CaseInputs, Expected, Sample
 
@@ -99,11 +105,12 @@ CASES = [
     Case(name="expected_only", family="toy", build=build_linear, settings={"quant_accuracy": {"max_peir": 1e-12}},
          expected_failures={"quant_accuracy": PEIR}),
     Case(name="extra_problem", family="toy", build=build_linear,
-         settings={"quant_accuracy": {"max_peir": 1e-12, "max_mean_abs_diff": 1e-12}}, expected_failures={"quant_accuracy": PEIR}),
+         settings={"quant_accuracy": {"max_peir": 1e-12, "max_mean_abs_diff": 1e-12}},
+         expected_failures={"quant_accuracy": PEIR}),
     Case(name="fixed", family="toy", build=build_linear, expected_failures={"quant_accuracy": PEIR}),
     Case(name="typo", family="other", build=build_linear, not_applicable={"quant_acuracy": "typo in a check name"}),
 ]
-'''
+"""
 INI = "[pytest]\ntestpaths = cases\nwrapq_cases_dir = cases\n"
 
 
@@ -139,10 +146,14 @@ def test_last_failed_selects_the_failing_items_only(project):
 
 def test_markers_select_by_check_family_and_profile(project):
     by_check = project.runpytest_subprocess("-p", "no:xdist", "--collect-only", "-q", "-m", "lifecycle and toy")
-    lines = [l for l in by_check.stdout.lines if "::" in l]
-    assert len(lines) == 3 and all(l.endswith("::lifecycle") for l in lines)
-    assert project.runpytest_subprocess("-p", "no:xdist", "--collect-only", "-q", "-m", "other and tiny",
-                                        "--strict-markers").ret == 0
+    lines = [line for line in by_check.stdout.lines if "::" in line]
+    assert len(lines) == 3 and all(line.endswith("::lifecycle") for line in lines)
+    assert (
+        project.runpytest_subprocess(
+            "-p", "no:xdist", "--collect-only", "-q", "-m", "other and tiny", "--strict-markers"
+        ).ret
+        == 0
+    )
 
 
 def test_junit_carries_scalars_not_the_record(project):
@@ -159,11 +170,21 @@ def test_existing_report_dir_given_with_a_space_is_refused_not_misread(tmp_path)
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--wrapq-report-dir", str(tmp_path)],
-                          cwd=repo, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "--wrapq-report-dir", str(tmp_path)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode != 0 and "write path options as '--wrapq-report-dir=DIR'" in done.stderr + done.stdout
-    fixed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", f"--wrapq-report-dir={tmp_path}"],
-                           cwd=repo, capture_output=True, text=True, timeout=300)
+    fixed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", f"--wrapq-report-dir={tmp_path}"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert fixed.returncode == 0 and "tests collected" in fixed.stdout
 
 
@@ -178,8 +199,9 @@ def test_an_identity_observer_is_float_by_policy_and_a_never_fed_affine_one_stil
     root = torch.nn.Module()
     root.obs_float = IdentityObserver(name="float")
     root.obs_forgotten = MinMaxObserver(name="forgotten")
-    pipeline = SimpleNamespace(quantized=root, profile="tiny",
-                               case=SimpleNamespace(unused_observers_for=lambda profile: {}))
+    pipeline = SimpleNamespace(
+        quantized=root, profile="tiny", case=SimpleNamespace(unused_observers_for=lambda profile: {})
+    )
     result = calibration_coverage.run(pipeline)
     assert result.problems == ["observer obs_forgotten (MinMaxObserver): never fed: observed min/max are not finite"]
     assert result.metrics["float_by_policy"] == 1 and any("IdentityObserver" in n for n in result.notes)

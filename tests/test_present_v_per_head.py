@@ -14,15 +14,16 @@ import pytest
 import torch
 
 from cases._shared_diagnoses import PRESENT_V_PER_HEAD
-
-PRESENT_V_PER_HEAD_PATTERN = PRESENT_V_PER_HEAD.problems[0]
 from harness import Built, CaseInputs
 from tests.helpers import run_check
 
+PRESENT_V_PER_HEAD_PATTERN = PRESENT_V_PER_HEAD.problems[0]
+
 
 def _decode_layer(kv_heads: int):
-    import cases.llama as llama
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    import cases.llama as llama
 
     base = {case.name: case for case in llama.CASES}["llama_decoder_layer_decode"]
 
@@ -31,9 +32,11 @@ def _decode_layer(kv_heads: int):
         config.num_key_value_heads = kv_heads
         module = LlamaDecoderLayer(config, layer_idx=0)
         calibration = tuple(llama._layer_decode_sample(config, filled) for filled in (15, 11, 6, 2))
-        return Built(module, CaseInputs(calibration=calibration,
-                                        evaluation={"default": llama._layer_decode_sample(config, 9)}),
-                     facts={"config": config})
+        return Built(
+            module,
+            CaseInputs(calibration=calibration, evaluation={"default": llama._layer_decode_sample(config, 9)}),
+            facts={"config": config},
+        )
 
     return base, dataclasses.replace(base, name=f"llama_decoder_layer_decode_kv{kv_heads}", build=build)
 
@@ -87,5 +90,7 @@ def test_two_kv_heads_show_it_once_per_head_and_a_slice_rule_removes_it(monkeypa
     else:
         assert per_head == [], per_head
         # the concatenation's qparams now reach the v projection: the new-V replacement the tiny case expects
-        assert any(re.search(r"v_proj\.wrapped\.obs_act_out\).*replaced by PropagateQParamBackward", p)
-                   for p in result.problems), result.problems
+        assert any(
+            re.search(r"v_proj\.wrapped\.obs_act_out\).*replaced by PropagateQParamBackward", p)
+            for p in result.problems
+        ), result.problems

@@ -23,9 +23,17 @@ LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
 
 
 def test_a_profile_gets_its_own_limits_and_allowlist():
-    case = dataclasses.replace(LINEAR, profiles=("tiny", "wide"), profile_limits={
-        "wide": ProfileLimits({"quant_accuracy": {"max_peir": 0.5}}, source="measured: peir 0.4; 1.25x",
-                              unused_observers={"obs_x": "never fed at this width"})})
+    case = dataclasses.replace(
+        LINEAR,
+        profiles=("tiny", "wide"),
+        profile_limits={
+            "wide": ProfileLimits(
+                {"quant_accuracy": {"max_peir": 0.5}},
+                source="measured: peir 0.4; 1.25x",
+                unused_observers={"obs_x": "never fed at this width"},
+            )
+        },
+    )
     wide = Pipeline(case, "wide").check_settings(QUANT_ACCURACY)
     tiny = Pipeline(case, "tiny").check_settings(QUANT_ACCURACY)
     assert wide.max_peir == 0.5
@@ -43,11 +51,14 @@ def test_a_profile_without_limits_says_so():
     assert "no limits stated for profile 'wide'" in case.limits_source("wide")
 
 
-@pytest.mark.parametrize("limits, field", [
-    ({"huge": ProfileLimits({}, source="x")}, "profile_limits['huge']"),
-    ({"tiny": ProfileLimits({}, source=" ")}, "profile_limits['tiny'].source"),
-    ({"tiny": ProfileLimits({"quant_accuracy": 0.1}, source="x")}, "profile_limits['tiny'].settings"),
-])
+@pytest.mark.parametrize(
+    "limits, field",
+    [
+        ({"huge": ProfileLimits({}, source="x")}, "profile_limits['huge']"),
+        ({"tiny": ProfileLimits({}, source=" ")}, "profile_limits['tiny'].source"),
+        ({"tiny": ProfileLimits({"quant_accuracy": 0.1}, source="x")}, "profile_limits['tiny'].settings"),
+    ],
+)
 def test_bad_profile_limits_are_definition_errors(limits, field):
     with pytest.raises(CaseDefinitionError, match=field.replace("[", r"\[").replace("]", r"\]")):
         dataclasses.replace(LINEAR, profile_limits=limits)
@@ -58,15 +69,32 @@ def _record(case, check, metrics, profile="wide"):
 
 
 def test_the_proposer_takes_the_worst_run_and_states_its_margin(tmp_path):
-    native = [dict(_record("c", "quant_accuracy", {"peir": 0.08, "sqnr_db": 20.0, "peir[padded]": 0.09,
-                                                   "mean_abs_diff": 0.5}),
-                   settings={"max_peir": 0.05, "min_sqnr_db": 25.0, "max_mean_abs_diff": None, "max_abs_diff": None}),
-              dict(_record("c", "circle_replay", {"fake_quantize_max_steps": 0.0, "fake_quantize_mean_steps": 0.0,
-                                                  "fake_quantize_as_exported_max_steps": 9.0,
-                                                  "fake_quantize_out1_max_steps": 3.0}),
-                   settings={"max_steps": 1.0, "mean_steps": None, "extra_max_steps": None, "extra_mean_steps": None,
-                             "native_max_steps": None}),
-              _record("c", "quant_accuracy", {"peir": 5.0}, profile="tiny")]
+    native = [
+        dict(
+            _record("c", "quant_accuracy", {"peir": 0.08, "sqnr_db": 20.0, "peir[padded]": 0.09, "mean_abs_diff": 0.5}),
+            settings={"max_peir": 0.05, "min_sqnr_db": 25.0, "max_mean_abs_diff": None, "max_abs_diff": None},
+        ),
+        dict(
+            _record(
+                "c",
+                "circle_replay",
+                {
+                    "fake_quantize_max_steps": 0.0,
+                    "fake_quantize_mean_steps": 0.0,
+                    "fake_quantize_as_exported_max_steps": 9.0,
+                    "fake_quantize_out1_max_steps": 3.0,
+                },
+            ),
+            settings={
+                "max_steps": 1.0,
+                "mean_steps": None,
+                "extra_max_steps": None,
+                "extra_mean_steps": None,
+                "native_max_steps": None,
+            },
+        ),
+        _record("c", "quant_accuracy", {"peir": 5.0}, profile="tiny"),
+    ]
     scalar = [_record("c", "quant_accuracy", {"peir": 0.1, "sqnr_db": 19.0})]
     proposal = propose([native, scalar], "wide", CHECKS)["c"]
     limits = {field: value[:2] for field, value in proposal.items()}
@@ -80,22 +108,33 @@ def test_the_proposer_takes_the_worst_run_and_states_its_margin(tmp_path):
     assert ("quant_accuracy", "max_mean_abs_diff") not in limits and ("circle_replay", "mean_steps") not in limits
     doc = json.loads(render({"c": proposal}, "wide", ["native", "scalar"]))
     assert "worst over 2 kernel selection(s) (native, scalar)" in doc["cases"]["c"]["source"]
-    assert doc["cases"]["c"]["settings"] == {"quant_accuracy": {"max_peir": 0.13, "min_sqnr_db": 17.5},
-                                             "circle_replay": {"max_steps": 1.0, "extra_max_steps": 3.0}}
+    assert doc["cases"]["c"]["settings"] == {
+        "quant_accuracy": {"max_peir": 0.13, "min_sqnr_db": 17.5},
+        "circle_replay": {"max_steps": 1.0, "extra_max_steps": 3.0},
+    }
     assert "peir 0.1" in doc["cases"]["c"]["source"]
     # --write merges: the proposed case's entry is replaced, a reviewed entry of another case is kept
     path = tmp_path / "wide.json"
-    path.write_text(json.dumps({"profile": "wide", "about": "x", "cases": {
-        "c": {"settings": {}, "source": "old"}, "other": {"settings": {"q": {"f": 1}}, "source": "reviewed"}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "profile": "wide",
+                "about": "x",
+                "cases": {
+                    "c": {"settings": {}, "source": "old"},
+                    "other": {"settings": {"q": {"f": 1}}, "source": "reviewed"},
+                },
+            }
+        )
+    )
     assert write(path, doc) == ["c"]
     merged = json.loads(path.read_text())["cases"]
     assert merged["other"]["source"] == "reviewed" and merged["c"] == doc["cases"]["c"]
 
 
 def test_every_nightly_case_states_its_limits_and_no_entry_is_stale():
-    from harness.catalog import load_cases
-
     from cases._profile_limits import limits_table
+    from harness.catalog import load_cases
 
     e2b_cases = {case.name: case for _, case in load_cases() if "e2b_dims" in case.profiles}
     assert e2b_cases, "no case runs the e2b_dims profile"
@@ -123,20 +162,26 @@ def test_a_profile_gets_its_own_diagnosed_failures():
     from harness import Expected
 
     only_wide = Expected("needs the wide shapes", problems=(r"^wide-only problem$",))
-    case = dataclasses.replace(LINEAR, profiles=("tiny", "wide"), profile_limits={
-        "wide": ProfileLimits({}, source="x", expected_failures={**LINEAR.expected_failures,
-                                                                "qparam_consistency": only_wide})})
+    case = dataclasses.replace(
+        LINEAR,
+        profiles=("tiny", "wide"),
+        profile_limits={
+            "wide": ProfileLimits(
+                {}, source="x", expected_failures={**LINEAR.expected_failures, "qparam_consistency": only_wide}
+            )
+        },
+    )
     assert case.expected_failures_for("wide")["qparam_consistency"] is only_wide
     assert case.expected_failures_for("tiny") == LINEAR.expected_failures
     with pytest.raises(CaseDefinitionError, match=r"profile_limits\['wide'\]\.expected_failures"):
-        dataclasses.replace(case, profile_limits={"wide": ProfileLimits({}, source="x",
-                                                                        expected_failures={"x": "not an Expected"})})
+        dataclasses.replace(
+            case, profile_limits={"wide": ProfileLimits({}, source="x", expected_failures={"x": "not an Expected"})}
+        )
 
 
 def test_static_runtime_limits_name_only_its_cases_and_say_where_they_come_from():
-    from harness.catalog import load_cases
-
     from cases._profile_limits import limits_table
+    from harness.catalog import load_cases
 
     static_cases = {case.name: case for _, case in load_cases() if "static_runtime" in case.profiles}
     assert static_cases, "no case runs the static_runtime profile"
@@ -152,18 +197,25 @@ def test_static_runtime_limits_name_only_its_cases_and_say_where_they_come_from(
 def test_a_diagnosis_whose_cause_a_profile_lacks_is_dropped_there():
     """gemma4_vision_encoder's padding hazard needs calibration on unpadded data; static_runtime calibrates
     on TICO's padded static layout, so there mask_quant carries no expectation and must pass."""
+    from cases._profile_limits import with_profile_limits
     from harness import Expected
     from harness.catalog import load_cases
-
-    from cases._profile_limits import with_profile_limits
 
     encoder = next(case for _, case in load_cases() if case.name == "gemma4_vision_encoder")
     assert "mask_quant" in encoder.expected_failures_for("tiny")
     assert "mask_quant" not in encoder.expected_failures_for("static_runtime")
     assert "qparam_consistency" in encoder.expected_failures_for("static_runtime")  # the others stay
 
-    diagnosed = dataclasses.replace(LINEAR, profiles=("tiny", "static_runtime"), expected_failures={
-        "mask_quant": Expected("tiny only", problems=(r"^x$",)), "golden": Expected("both", problems=(r"^y$",))})
-    (updated,) = with_profile_limits([diagnosed], "static_runtime", expected_failures={"nn_linear": {"mask_quant": None}})
+    diagnosed = dataclasses.replace(
+        LINEAR,
+        profiles=("tiny", "static_runtime"),
+        expected_failures={
+            "mask_quant": Expected("tiny only", problems=(r"^x$",)),
+            "golden": Expected("both", problems=(r"^y$",)),
+        },
+    )
+    (updated,) = with_profile_limits(
+        [diagnosed], "static_runtime", expected_failures={"nn_linear": {"mask_quant": None}}
+    )
     assert set(updated.expected_failures_for("static_runtime")) == {"golden"}
     assert set(updated.expected_failures_for("tiny")) == {"mask_quant", "golden"}

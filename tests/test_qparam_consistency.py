@@ -57,7 +57,16 @@ def test_the_rotate_half_diagnosis_explains_the_replay_gap():
     observers set to Circle's qparams, the gap is the runtime's rounding (at most one step)."""
     consistency = run_clean_check(QWEN_ATTENTION, "qparam_consistency")
     named = {record["observer"].rsplit(".", 1)[-1] for record in consistency.evidence["overwritten"]}
-    assert named and named <= {"obs_q_x1", "obs_q_x2", "obs_q_neg", "obs_q_cat", "obs_k_x1", "obs_k_x2", "obs_k_neg", "obs_k_cat"}, named
+    assert named and named <= {
+        "obs_q_x1",
+        "obs_q_x2",
+        "obs_q_neg",
+        "obs_q_cat",
+        "obs_k_x1",
+        "obs_k_x2",
+        "obs_k_neg",
+        "obs_k_cat",
+    }, named
     replay = run_clean_check(QWEN_ATTENTION, "circle_replay")
     assert replay.passed, problems_text(replay)
     assert replay.metrics["fake_quantize_as_exported_max_steps"] >= 3
@@ -67,10 +76,14 @@ def test_the_rotate_half_diagnosis_explains_the_replay_gap():
 
 def test_an_unrelated_replacement_is_not_swallowed_by_the_diagnosis():
     expected = replaced_qparams()
-    rotate = ("tensor getitem (tico/x.py:1, wrapped.obs_q_x1): torch fake-quantizes it with scale 0.1 zp 3, "
-              "the Circle model holds scale 0.2 zp 4 (replaced by PropagateQParamForward)")
-    other = ("tensor linear (tico/x.py:2, wrapped.q_proj.wrapped.obs_act_out): torch fake-quantizes it with scale "
-             "0.1 zp 3, the Circle model holds scale 0.2 zp 4 (replaced by PropagateQParamForward)")
+    rotate = (
+        "tensor getitem (tico/x.py:1, wrapped.obs_q_x1): torch fake-quantizes it with scale 0.1 zp 3, "
+        "the Circle model holds scale 0.2 zp 4 (replaced by PropagateQParamForward)"
+    )
+    other = (
+        "tensor linear (tico/x.py:2, wrapped.q_proj.wrapped.obs_act_out): torch fake-quantizes it with scale "
+        "0.1 zp 3, the Circle model holds scale 0.2 zp 4 (replaced by PropagateQParamForward)"
+    )
     assert judge(expected, [rotate]).expected
     verdict = judge(expected, [rotate, other])
     assert not verdict.expected and "obs_act_out" in verdict.message
@@ -79,8 +92,27 @@ def test_an_unrelated_replacement_is_not_swallowed_by_the_diagnosis():
 def test_clean_cases_pass_under_the_scalar_kernels(tmp_path):
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
     selection = "(qparam_consistency or circle_replay) and (nn_linear or nn_conv3d or qwen3_vl_text_attention_prefill)"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-k", selection, "--sweep", "off",
-                           "--no-circle-cache", "--no-export-cache", f"--wrapq-report-dir={tmp_path / 'reports'}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "2",
+            "-k",
+            selection,
+            "--sweep",
+            "off",
+            "--no-circle-cache",
+            "--no-export-cache",
+            f"--wrapq-report-dir={tmp_path / 'reports'}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-4000:]
     assert done.stdout.splitlines()[-1].startswith("6 passed, 2 xfailed"), done.stdout[-1000:]

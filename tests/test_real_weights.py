@@ -30,8 +30,7 @@ from harness.case import _probe
 from harness.pipeline import Pipeline
 from tests.helpers import CHECKS
 
-needs_weights = pytest.mark.skipif(rw.unavailable_reason() is not None,
-                                   reason=f"{rw.unavailable_reason()}")
+needs_weights = pytest.mark.skipif(rw.unavailable_reason() is not None, reason=f"{rw.unavailable_reason()}")
 
 
 def _real_cases():
@@ -91,8 +90,10 @@ def _random_twin(case):
         torch.nn.init.normal_(module.up_proj.weight, std=cfg.initializer_range)
         torch.nn.init.normal_(module.down_proj.weight, std=cfg.initializer_range)
         twin = lambda s: Sample(args=(torch.randn_like(s.args[0]),), valid_tokens=s.valid_tokens)  # noqa: E731
-        inputs = CaseInputs(calibration=tuple(twin(s) for s in built.inputs.calibration),
-                            evaluation={k: twin(s) for k, s in built.inputs.evaluation.items()})
+        inputs = CaseInputs(
+            calibration=tuple(twin(s) for s in built.inputs.calibration),
+            evaluation={k: twin(s) for k, s in built.inputs.evaluation.items()},
+        )
         return Built(module, inputs, built.facts)
 
     return dataclasses.replace(case, name=case.name + "_random_twin", build=build)
@@ -106,9 +107,11 @@ def test_percentile_clipping_is_caught_on_real_weights_and_hidden_by_random_ones
     twin = _random_twin(case)
     twin_clean = _run(twin, "real_weights", False, monkeypatch)["quant_accuracy"]
     twin_seeded = _run(twin, "real_weights", True, monkeypatch)["quant_accuracy"]
-    print(f"real: SQNR {clean.metrics['sqnr_db']:.2f} -> {seeded.metrics['sqnr_db']:.2f} dB, PEIR "
-          f"{clean.metrics['peir']:.4g} -> {seeded.metrics['peir']:.4g}; random twin: SQNR "
-          f"{twin_clean.metrics['sqnr_db']:.2f} -> {twin_seeded.metrics['sqnr_db']:.2f} dB")
+    print(
+        f"real: SQNR {clean.metrics['sqnr_db']:.2f} -> {seeded.metrics['sqnr_db']:.2f} dB, PEIR "
+        f"{clean.metrics['peir']:.4g} -> {seeded.metrics['peir']:.4g}; random twin: SQNR "
+        f"{twin_clean.metrics['sqnr_db']:.2f} -> {twin_seeded.metrics['sqnr_db']:.2f} dB"
+    )
     assert clean.passed, clean.problems
     assert not seeded.passed and any("SQNR" in p or "PEIR" in p for p in seeded.problems), seeded.problems
     real_loss = clean.metrics["sqnr_db"] - seeded.metrics["sqnr_db"]
@@ -165,9 +168,11 @@ def test_transposed_weight_axis_is_caught_on_real_weights_and_not_on_random_ones
     twin_clean, twin_seeded = _seeded_run(twin, None, monkeypatch), _seeded_run(twin, seed, monkeypatch)
     real_loss = clean.metrics["sqnr_db"] - seeded.metrics["sqnr_db"]
     twin_loss = twin_clean.metrics["sqnr_db"] - twin_seeded.metrics["sqnr_db"]
-    print(f"real: SQNR {clean.metrics['sqnr_db']:.2f} -> {seeded.metrics['sqnr_db']:.2f} dB; random weights, same "
-          f"shapes: {twin_clean.metrics['sqnr_db']:.2f} -> {twin_seeded.metrics['sqnr_db']:.2f} dB; lost: real "
-          f"{real_loss:.2f} dB, random {twin_loss:.2f} dB")
+    print(
+        f"real: SQNR {clean.metrics['sqnr_db']:.2f} -> {seeded.metrics['sqnr_db']:.2f} dB; random weights, same "
+        f"shapes: {twin_clean.metrics['sqnr_db']:.2f} -> {twin_seeded.metrics['sqnr_db']:.2f} dB; lost: real "
+        f"{real_loss:.2f} dB, random {twin_loss:.2f} dB"
+    )
     assert clean.passed, clean.problems
     assert not seeded.passed and any("SQNR" in p for p in seeded.problems), seeded.problems
     # the case's limit sits 1.5 dB under its clean SQNR: a twin limit set the same way would hold
@@ -179,8 +184,10 @@ def test_percentile_clipping_fails_the_language_model_metrics(monkeypatch):
     case = _real_cases()["llama_for_causal_lm_real_2l"]
     clean = _run(case, "real_weights", False, monkeypatch, ("lm_quality",))["lm_quality"]
     seeded = _run(case, "real_weights", True, monkeypatch, ("lm_quality",))["lm_quality"]
-    print(f"2-layer LM: top-1 {clean.metrics['top1_agreement']:.4f} -> {seeded.metrics['top1_agreement']:.4f}, KL "
-          f"{clean.metrics['kl_divergence']:.4f} -> {seeded.metrics['kl_divergence']:.4f}")
+    print(
+        f"2-layer LM: top-1 {clean.metrics['top1_agreement']:.4f} -> {seeded.metrics['top1_agreement']:.4f}, KL "
+        f"{clean.metrics['kl_divergence']:.4f} -> {seeded.metrics['kl_divergence']:.4f}"
+    )
     assert clean.passed, clean.problems
     assert not seeded.passed and any("top-1" in p for p in seeded.problems), seeded.problems
 
@@ -195,9 +202,27 @@ def test_clean_language_model_metrics_pass_under_the_scalar_kernels(tmp_path):
 
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(repo)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:randomly", "--profile",
-                           "real_weights", "-k", "llama_for_causal_lm_real_2l and (lm_quality or quant_accuracy)",
-                           f"--wrapq-report-dir={tmp_path / 'reports'}"],
-                          cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "0",
+            "-p",
+            "no:randomly",
+            "--profile",
+            "real_weights",
+            "-k",
+            "llama_for_causal_lm_real_2l and (lm_quality or quant_accuracy)",
+            f"--wrapq-report-dir={tmp_path / 'reports'}",
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     assert done.stdout.splitlines()[-1].startswith("2 passed"), done.stdout[-1000:]

@@ -37,7 +37,9 @@ def test_wrapper_raising_names_the_stage(monkeypatch, stage):
     from tico.quantization.wrapq.wrappers.nn.quant_linear import QuantLinear
 
     if stage == "prepare":
-        monkeypatch.setattr(tico.quantization, "prepare", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom in prepare")))
+        monkeypatch.setattr(
+            tico.quantization, "prepare", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom in prepare"))
+        )
     elif stage == "calibrate":
         original = QuantLinear.forward
 
@@ -48,7 +50,9 @@ def test_wrapper_raising_names_the_stage(monkeypatch, stage):
 
         monkeypatch.setattr(QuantLinear, "forward", forward)
     else:
-        monkeypatch.setattr(tico.quantization, "convert", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom in convert")))
+        monkeypatch.setattr(
+            tico.quantization, "convert", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom in convert"))
+        )
     pipeline = Pipeline(_linear_case(), "tiny")
     with pytest.raises(StageError, match=rf"stage '{stage}' failed: RuntimeError: boom in"):
         pipeline.output("quant", "default")
@@ -74,7 +78,9 @@ def test_hung_stage_times_out():
     case = Case(name="hangs", family="nn", build=hang)
     pipeline = Pipeline(case, "tiny", settings=RunSettings(stage_timeout=1.0))
     start = time.perf_counter()
-    with pytest.raises(StageError, match=r"stage 'reference' failed: StageTimeout: exceeded the per-stage limit of 1 s"):
+    with pytest.raises(
+        StageError, match=r"stage 'reference' failed: StageTimeout: exceeded the per-stage limit of 1 s"
+    ):
         pipeline.output("quant", "default")
     assert time.perf_counter() - start < 10
 
@@ -90,8 +96,8 @@ class _NaNLinear(torch.nn.Linear):
 
 
 def test_nan_in_reference_is_named():
-    from tico.quantization.wrapq.wrappers.registry import register
     from tico.quantization.wrapq.wrappers.nn.quant_linear import QuantLinear
+    from tico.quantization.wrapq.wrappers.registry import register
 
     register(_NaNLinear)(QuantLinear)  # the wrapper exists, so only the NaN is the problem
     case = _linear_case(name="nan_linear", module_factory=lambda: _NaNLinear(8, 4))
@@ -103,7 +109,7 @@ def test_nan_in_reference_is_named():
 
 # -- whole sessions --------------------------------------------------------------------------
 
-SESSION_CASES = '''
+SESSION_CASES = """
 import os, time
 import torch
 from harness import Built, Case, CaseInputs, Sample
@@ -124,12 +130,14 @@ CASES = [
     Case(name="hangs", family="nn", build=build_hangs),
     Case(name="zzz_linear", family="nn", build=build_linear),
 ]
-'''
+"""
 
 
 @pytest.fixture
 def session_project(tmp_path):
-    (tmp_path / "pytest.ini").write_text("[pytest]\ntestpaths = cases\nwrapq_cases_dir = cases\naddopts = -p no:cacheprovider\n")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\ntestpaths = cases\nwrapq_cases_dir = cases\naddopts = -p no:cacheprovider\n"
+    )
     (tmp_path / "cases").mkdir()
     (tmp_path / "cases" / "__init__.py").write_text("")
     (tmp_path / "cases" / "mixed.py").write_text(textwrap.dedent(SESSION_CASES))
@@ -139,7 +147,10 @@ def session_project(tmp_path):
 def test_dying_worker_and_hung_stage_fail_alone(session_project):
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "--stage-timeout", "10", "-k", "noquant_parity or quant_accuracy"],
-        cwd=session_project, capture_output=True, text=True, timeout=600,
+        cwd=session_project,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     out = done.stdout
     assert done.returncode == 1, out[-3000:]
@@ -158,16 +169,34 @@ def test_dying_worker_and_hung_stage_fail_alone(session_project):
 
 
 def test_concurrent_update_golden_leaves_valid_files(session_project):
-    (session_project / "cases" / "mixed.py").write_text(textwrap.dedent(SESSION_CASES).replace(
-        'Case(name="dies", family="nn", build=build_dies),\n    Case(name="hangs", family="nn", build=build_hangs),\n', ""))
+    (session_project / "cases" / "mixed.py").write_text(
+        textwrap.dedent(SESSION_CASES).replace(
+            'Case(name="dies", family="nn", build=build_dies),\n    Case(name="hangs", family="nn", '
+            "build=build_hangs),\n",
+            "",
+        )
+    )
     cmd = [sys.executable, "-m", "pytest", "-q", "-k", "golden", "--update-golden"]
-    procs = [subprocess.Popen(cmd + ["--wrapq-report-dir", f"r{i}"], cwd=session_project, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(3)]
+    procs = [
+        subprocess.Popen(
+            cmd + ["--wrapq-report-dir", f"r{i}"],
+            cwd=session_project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(3)
+    ]
     for proc in procs:
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out[-2000:]
-    check = subprocess.run([sys.executable, "-m", "pytest", "-q", "-k", "golden"], cwd=session_project,
-                           capture_output=True, text=True, timeout=300)
+    check = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-k", "golden"],
+        cwd=session_project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert check.returncode == 0, check.stdout[-2000:]
     leftovers = [p.name for p in (session_project / "golden").iterdir() if p.name.endswith(".tmp")]
     assert leftovers == []
@@ -180,8 +209,15 @@ def test_no_pickle_or_eval_in_the_harness():
     offenders = []
     for path in (REPO / "harness").rglob("*.py"):
         text = path.read_text()
-        for pattern in (r"\bimport pickle\b", r"\bpickle\.", r"(?<![\w.])eval\(", r"(?<![\w.])exec\(", r"torch\.load\(",
-                        r"yaml\.load\(", r"allow_pickle\s*=\s*True"):
+        for pattern in (
+            r"\bimport pickle\b",
+            r"\bpickle\.",
+            r"(?<![\w.])eval\(",
+            r"(?<![\w.])exec\(",
+            r"torch\.load\(",
+            r"yaml\.load\(",
+            r"allow_pickle\s*=\s*True",
+        ):
             if re.search(pattern, text):
                 offenders.append(f"{path.relative_to(REPO)}: {pattern}")
     assert offenders == []
@@ -197,8 +233,10 @@ def _metrics_of(report_dir: Path) -> dict:
 
 # One case per family and kind (leaf, attention decode, layer, encoder, vision model, text model):
 # the whole matrix twice would cost more CI time than it adds evidence.
-DETERMINISM_CASES = ("nn_conv3d or llama_attention_decode or gemma4_text_decoder_layer_sliding_prefill "
-                     "or gemma4_vision_encoder or qwen3_vl_vision_model or qwen3_vl_text_model")
+DETERMINISM_CASES = (
+    "nn_conv3d or llama_attention_decode or gemma4_text_decoder_layer_sliding_prefill "
+    "or gemma4_vision_encoder or qwen3_vl_vision_model or qwen3_vl_text_model"
+)
 
 
 def test_matrix_metrics_identical_serial_and_parallel(tmp_path):
@@ -206,9 +244,25 @@ def test_matrix_metrics_identical_serial_and_parallel(tmp_path):
     for label, dist in (("serial", ["-p", "no:xdist"]), ("parallel", ["-n", "2"])):
         report_dir = tmp_path / label
         # No caches: both runs trace and convert, so the comparison covers export and conversion too.
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", *dist, "-k", DETERMINISM_CASES, "--no-circle-cache", "--no-export-cache",
-                               "--wrapq-report-dir", str(report_dir)],
-                              cwd=REPO, capture_output=True, text=True, timeout=1200)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                *dist,
+                "-k",
+                DETERMINISM_CASES,
+                "--no-circle-cache",
+                "--no-export-cache",
+                "--wrapq-report-dir",
+                str(report_dir),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
         assert done.returncode == 0, done.stdout[-3000:]
         runs[label] = _metrics_of(report_dir)
     assert runs["serial"].keys() == runs["parallel"].keys() and len(runs["serial"]) > 20

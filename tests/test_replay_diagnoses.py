@@ -13,8 +13,8 @@ from cases.gemma4_text import CASES as GEMMA_TEXT_CASES
 from cases.llama import CASES as LLAMA_CASES
 from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
 from harness.checks.circle_replay import _float_slack_steps
+from harness.circle_alignment import aligned_to_circle, circle_fake_quant
 from harness.pipeline import Pipeline
-from harness.qparam_consistency import aligned_to_circle, circle_fake_quant
 from tests.helpers import _CLEAN, CHECKS, problems_text, run_check, run_clean_check
 from tests.pass_defects import serialize_zero_points_off_by_one
 
@@ -31,8 +31,14 @@ def _aligned_steps(case, **change) -> list[float]:
     applied to what the alignment models (e.g. ``requantized=[]``)."""
     pipeline = _CLEAN.get(case, "tiny")
     audit = pipeline.circle.audit
-    args = {"applied": audit.applied, "overwritten": audit.overwritten, "requantized": audit.requantized,
-            "redundant": audit.redundant, "inputs": pipeline.circle.input_quantization, **change}
+    args = {
+        "applied": audit.applied,
+        "overwritten": audit.overwritten,
+        "requantized": audit.requantized,
+        "redundant": audit.redundant,
+        "inputs": pipeline.circle.input_quantization,
+        **change,
+    }
     name = pipeline.export_sample_name
     twin, why = aligned_to_circle(pipeline.export_adapter("quant", name), **args)
     assert twin is not None, why
@@ -73,7 +79,7 @@ def test_neg_requantization_explains_llama_prefill_gap():
     assert {record["tensor"] for record in negs} == {"neg", "neg_1"}
     assert all(record["line"].endswith("llama/quant_attention.py:251") for record in negs)
     without = _aligned_steps(LLAMA_PREFILL, requantized=[])
-    assert without[0] >= 2 and without[1] >= 4, without   # measured 3 / 5
+    assert without[0] >= 2 and without[1] >= 4, without  # measured 3 / 5
     assert max(_aligned_steps(LLAMA_PREFILL)) <= 1.0
     replay = run_clean_check(LLAMA_PREFILL, "circle_replay")
     assert replay.passed, problems_text(replay)
@@ -86,13 +92,13 @@ def test_dropped_redundant_fake_quant_explains_llama_decode_k_gap():
     pipeline = _CLEAN.get(LLAMA_DECODE, "tiny")
     assert any(record["observer"].endswith("obs_new_k") for record in pipeline.circle.audit.redundant)
     without = _aligned_steps(LLAMA_DECODE, redundant=[])
-    assert without[1] >= 5, without   # measured 8.9 on the returned K
+    assert without[1] >= 5, without  # measured 8.9 on the returned K
     assert max(_aligned_steps(LLAMA_DECODE)) <= 1.0
 
 
 def test_rounding_mode_explains_gemma4_decoder_layer_decode_gap():
     without = _aligned_steps(GEMMA_LAYER_DECODE, circle_rounding=False)
-    assert without[0] >= 2, without   # measured 3
+    assert without[0] >= 2, without  # measured 3
     assert max(_aligned_steps(GEMMA_LAYER_DECODE)) <= 1.0
 
 
@@ -104,7 +110,7 @@ def test_gather_keeps_the_table_quantization_qwen3_vl_text_model():
     gathers = [record for record in audit.overwritten if record.get("circle_per_channel")]
     assert [record["observer"] for record in gathers] == ["wrapped.embed_tokens.wrapped.act_out_obs"]
     without = _aligned_steps(QWEN_TEXT_MODEL, overwritten=[r for r in audit.overwritten if r not in gathers])
-    assert without[0] >= 8, without   # measured 12
+    assert without[0] >= 8, without  # measured 12
     assert max(_aligned_steps(QWEN_TEXT_MODEL)) <= 1.0
 
 
@@ -123,9 +129,10 @@ def test_a_neg_given_the_wrong_qparams_is_named(monkeypatch):
     range than the concatenation's). The aligned copy would absorb it, so qparam_consistency must
     name it as qparams of no concatenation (the precise expectation no longer matches), and
     circle_replay must refuse to model it and fail as exported."""
+    import copy
+
     from tico.quantization.passes import propagate_qparam_backward as backward
     from tico.serialize.quant_param import QPARAM_KEY
-    import copy
 
     original = backward.PropagateQParamBackward.call
 
@@ -172,16 +179,18 @@ def test_circle_kernels_explain_the_gemma4_model_gap():
     Whether a GEMM's summation order puts an element across a boundary depends on the CPU: where
     none lands, the FULLY_CONNECTED half cannot be reproduced and is skipped, said so."""
     case = _gemma4_model()
-    assert max(_aligned_steps(case, circle_kernels=False)) >= 2                          # measured 5, default 2
+    assert max(_aligned_steps(case, circle_kernels=False)) >= 2  # measured 5, default 2
     assert max(_aligned_steps(case, circle_kernels=frozenset({"FULLY_CONNECTED"}))) >= 2  # measured 5, default 2
-    assert max(_aligned_steps(case)) <= 1.0                                                 # measured 0
+    assert max(_aligned_steps(case)) <= 1.0  # measured 0
     assert case.settings["circle_replay"]["max_steps"] == 1.0
     without_fc = max(_aligned_steps(case, circle_kernels=frozenset({"RMS_NORM"})))
     if torch.backends.cpu.get_cpu_capability() != "DEFAULT":
         if without_fc == 0:
-            pytest.skip("no FULLY_CONNECTED output of gemma4_model lands on a rounding boundary under this CPU's "
-                        "GEMM: the FULLY_CONNECTED diagnosis cannot be reproduced here (the RMS_NORM one was)")
-        assert without_fc >= 1, without_fc                                                  # measured 3 / 1
+            pytest.skip(
+                "no FULLY_CONNECTED output of gemma4_model lands on a rounding boundary under this CPU's "
+                "GEMM: the FULLY_CONNECTED diagnosis cannot be reproduced here (the RMS_NORM one was)"
+            )
+        assert without_fc >= 1, without_fc  # measured 3 / 1
 
 
 def test_weights_keep_torch_rounding_in_the_aligned_copy_gemma4_model():
@@ -201,13 +210,14 @@ def test_weights_keep_torch_rounding_in_the_aligned_copy_gemma4_model():
     weight = o_proj.wrapped.module.weight.detach()
     assert observer._cached_scale.numel() == 1
     torch_side = observer.fake_quant(weight)
-    runtime_side = circle_fake_quant(weight, observer._cached_scale, observer._cached_zp, observer.dtype.qmin,
-                                     observer.dtype.qmax)
+    runtime_side = circle_fake_quant(
+        weight, observer._cached_scale, observer._cached_zp, observer.dtype.qmin, observer.dtype.qmax
+    )
     program = CircleReferenceRuntime(pipeline.circle.binary).program
-    fc = [op for op in program.operators if op.name == "FULLY_CONNECTED"][3]   # o_proj: the 4th linear
+    fc = [op for op in program.operators if op.name == "FULLY_CONNECTED"][3]  # o_proj: the 4th linear
     held = torch.from_numpy(dequantize_array(program.tensor(fc.inputs[1]).constant, program.tensor(fc.inputs[1])))
     assert torch.equal(held, torch_side)
-    assert not torch.equal(held, runtime_side)   # measured: one element one level apart
+    assert not torch.equal(held, runtime_side)  # measured: one element one level apart
     # the aligned copy applies the runtime's rounding to no weight observer
     audit = pipeline.circle.audit
     assert not any(record["observer"].endswith("obs_weight") for record in audit.applied)
@@ -215,8 +225,11 @@ def test_weights_keep_torch_rounding_in_the_aligned_copy_gemma4_model():
 
 def _sources(case) -> dict[str, str]:
     """observer (last name) -> the observer whose qparams its tensor holds in Circle (last name)."""
-    return {r["observer"].rsplit(".", 1)[-1]: r["qparam_source"].split(" ")[0].rsplit(".", 1)[-1]
-            for r in _CLEAN.get(case, "tiny").circle.audit.overwritten if r.get("qparam_source")}
+    return {
+        r["observer"].rsplit(".", 1)[-1]: r["qparam_source"].split(" ")[0].rsplit(".", 1)[-1]
+        for r in _CLEAN.get(case, "tiny").circle.audit.overwritten
+        if r.get("qparam_source")
+    }
 
 
 def test_every_replacement_the_alignment_applies_is_pinned_to_a_named_fake_quant():
@@ -230,8 +243,8 @@ def test_every_replacement_the_alignment_applies_is_pinned_to_a_named_fake_quant
         assert held, case.name
         assert all(r.get("qparam_source") for r in held), [r["tensor"] for r in held if not r.get("qparam_source")]
         assert audit.requantized and all(r.get("qparam_from") for r in audit.requantized)
-    assert _sources(LLAMA_PREFILL)["obs_q_x2"] == "obs_act_out"      # q_proj's output: the split's input
-    assert _sources(LLAMA_PREFILL)["obs_q_x1"] == "obs_q_cat"        # x1 feeds the concatenation directly
+    assert _sources(LLAMA_PREFILL)["obs_q_x2"] == "obs_act_out"  # q_proj's output: the split's input
+    assert _sources(LLAMA_PREFILL)["obs_q_x1"] == "obs_q_cat"  # x1 feeds the concatenation directly
     assert _sources(LLAMA_DECODE)["obs_k_rot"] == "obs_present_key"  # the present K it is concatenated into
 
 
@@ -253,8 +266,12 @@ def test_a_split_output_given_qparams_of_no_observer_is_named(monkeypatch):
         outcome = original(self, exported_program)
         for node in exported_program.graph_module.graph.nodes:
             source = node.args[0] if node.target is operator.getitem and node.args else None
-            if isinstance(source, torch.fx.Node) and source.target == torch.ops.aten.split_with_sizes.default \
-                    and node.args[1] == 1 and QPARAM_KEY in node.meta:
+            if (
+                isinstance(source, torch.fx.Node)
+                and source.target == torch.ops.aten.split_with_sizes.default
+                and node.args[1] == 1
+                and QPARAM_KEY in node.meta
+            ):
                 qparam = copy.deepcopy(node.meta[QPARAM_KEY])
                 qparam.scale = [s * 2 for s in qparam.scale]
                 node.meta[QPARAM_KEY] = qparam
@@ -272,8 +289,9 @@ def test_a_split_output_given_qparams_of_no_observer_is_named(monkeypatch):
     assert not judge(LLAMA_PREFILL.expected_failures["qparam_consistency"], result.problems).expected
     replay = CHECKS["circle_replay"].run(pipeline)
     assert not replay.passed
-    assert any("torch could not be aligned" in note and "no fake-quant torch applied" in note for note in replay.notes), \
-        replay.notes
+    assert any(
+        "torch could not be aligned" in note and "no fake-quant torch applied" in note for note in replay.notes
+    ), replay.notes
 
 
 def test_clean_tico_pins_every_replacement_of_every_diagnosed_case():
@@ -297,8 +315,11 @@ def test_quantized_residual_stream_explains_the_llama_decoder_layer_gap(case):
     others = [record for record in audit.requantized if record not in shared]
     without_sum = _aligned_steps(case, requantized=others)[0]
     without_input = _aligned_steps(case, inputs=None)[0]
-    one_level = 1 - 1e-4   # steps are a float ratio: 0.9999999 steps is one level
-    assert without_sum >= one_level and without_input >= one_level, (without_sum, without_input)  # decode 1 / 1, prefill 1 / 2
+    one_level = 1 - 1e-4  # steps are a float ratio: 0.9999999 steps is one level
+    assert without_sum >= one_level and without_input >= one_level, (
+        without_sum,
+        without_input,
+    )  # decode 1 / 1, prefill 1 / 2
     assert _aligned_steps(case)[0] == 0
     assert case.settings["circle_replay"]["max_steps"] == 1.0
 
@@ -331,7 +352,7 @@ def test_quantized_bias_explains_the_gemma4_vision_model_gap():
     from tico.circle.runtime.quantization import dequantize_array
 
     from cases._profile_limits import limits_table
-    from harness.qparam_consistency import circle_bias
+    from harness.qparam_records import circle_bias
 
     case = _gemma4_vision_model()
     pipeline = _CLEAN.get(case, "tiny")
@@ -349,22 +370,31 @@ def test_quantized_bias_explains_the_gemma4_vision_model_gap():
     float_bias = adapter.get_parameter(record["parameter"]).detach()
     off = (held - float_bias).abs() / torch.tensor(record["scale"])
     assert 0 < float(off.max()) <= 0.5 + 1e-3
-    args = {"applied": audit.applied, "overwritten": audit.overwritten, "requantized": audit.requantized,
-            "redundant": audit.redundant, "inputs": pipeline.circle.input_quantization}
+    args = {
+        "applied": audit.applied,
+        "overwritten": audit.overwritten,
+        "requantized": audit.requantized,
+        "redundant": audit.redundant,
+        "inputs": pipeline.circle.input_quantization,
+    }
     with_bias, why = aligned_to_circle(adapter, biases=audit.quantized_biases, **args)
     without_bias, _ = aligned_to_circle(adapter, biases=[], **args)
     assert with_bias is not None, why
     step = pipeline.circle.output_scales[0][0]
     without, with_ = [], []
     for pixels in _portable_pixels(pipeline.sample(pipeline.export_sample_name).kwargs["pixel_values"], 12):
-        circle = torch.from_numpy(np.asarray(runtime.run([pixels.numpy()], mode=ExecutionMode.FAKE_QUANTIZE).outputs[0]))
+        circle = torch.from_numpy(
+            np.asarray(runtime.run([pixels.numpy()], mode=ExecutionMode.FAKE_QUANTIZE).outputs[0])
+        )
         with torch.no_grad():
             for copy_, into in ((without_bias, without), (with_bias, with_)):
                 out = torch.utils._pytree.tree_flatten(copy_(pixels))[0][0]
                 into.append(float((circle.reshape(out.shape) - out).abs().max()) / step)
-    assert sum(s >= 1 - 1e-4 for s in without) >= 2, without   # measured 4 of 12 inputs one level apart
-    assert max(with_) == 0, with_                               # measured 0 (native, avx2, scalar kernels)
-    assert limits_table("e2b_dims")["gemma4_vision_model"][0]["circle_replay"]["max_steps"] == 1.0   # e2b_dims: the one-flip floor
+    assert sum(s >= 1 - 1e-4 for s in without) >= 2, without  # measured 4 of 12 inputs one level apart
+    assert max(with_) == 0, with_  # measured 0 (native, avx2, scalar kernels)
+    assert (
+        limits_table("e2b_dims")["gemma4_vision_model"][0]["circle_replay"]["max_steps"] == 1.0
+    )  # e2b_dims: the one-flip floor
 
 
 def test_an_integer_bias_off_the_rounding_rule_is_not_absorbed(monkeypatch):
@@ -379,7 +409,9 @@ def test_an_integer_bias_off_the_rounding_rule_is_not_absorbed(monkeypatch):
     def truncating(self, exported_program):
         floats = {}
         for node in exported_program.graph_module.graph.nodes:
-            found = quantize_bias._get_input_weight_bias_for_bias_quantization(node) if node.op == "call_function" else None
+            found = (
+                quantize_bias._get_input_weight_bias_for_bias_quantization(node) if node.op == "call_function" else None
+            )
             if found is not None and found[2].name in exported_program.graph_signature.inputs_to_parameters:
                 floats[node.name] = quantize_bias.get_torch_param_value(found[2], exported_program).detach().clone()
         outcome = original(self, exported_program)
@@ -394,15 +426,18 @@ def test_an_integer_bias_off_the_rounding_rule_is_not_absorbed(monkeypatch):
     case = _gemma4_vision_model()
     replay = run_check(case, "circle_replay")
     refusal = [note for note in replay.notes if "torch could not be aligned" in note]
-    assert len(refusal) == 1 and "patch_embedder.wrapped.input_proj.wrapped.module.bias" in refusal[0] \
-        and "not the rounded float bias" in refusal[0], replay.notes
-    assert "fake_quantize_as_exported_max_steps" not in replay.metrics   # gated as exported
+    assert (
+        len(refusal) == 1
+        and "patch_embedder.wrapped.input_proj.wrapped.module.bias" in refusal[0]
+        and "not the rounded float bias" in refusal[0]
+    ), replay.notes
+    assert "fake_quantize_as_exported_max_steps" not in replay.metrics  # gated as exported
 
 
 def test_clean_tico_biases_follow_the_rounding_rule():
     """The refusal behind the seeded defect stays silent on clean tico: every integer bias of a case with
     biases is its float bias rounded to input scale x weight scale steps."""
-    from harness.qparam_consistency import bias_off_rule
+    from harness.qparam_records import bias_off_rule
 
     case = _gemma4_vision_model()
     pipeline = _CLEAN.get(case, "tiny")
@@ -415,18 +450,22 @@ def test_large_integer_biases_are_judged_with_float32s_error():
     """tico's bias rule run in float32 (quantize_bias.py:129-132) on biases of |q| ~ 1e5-1e6 steps, as
     gemma4_vision_model's patch projection has at static_runtime: rounding reads a little over the half step
     there and is accepted; truncating (the seeded defect above) is still refused at that size."""
-    from harness.qparam_consistency import bias_off_rule
+    from harness.qparam_records import bias_off_rule
 
     generator = torch.Generator().manual_seed(0)
     weight_scale = torch.rand(4096, generator=generator) * 1e-5 + 1e-6
     input_scale = 0.0078
     bias = (torch.rand(4096, generator=generator) * 2 - 1) * 1e6 * weight_scale * input_scale
-    scale = torch.tensor([input_scale]) * weight_scale          # float32, as tico forms it
-    record = {"input_scale": [input_scale], "weight_scale": weight_scale.tolist(), "scale": scale.tolist(),
-              "zero_point": [0] * 4096}
+    scale = torch.tensor([input_scale]) * weight_scale  # float32, as tico forms it
+    record = {
+        "input_scale": [input_scale],
+        "weight_scale": weight_scale.tolist(),
+        "scale": scale.tolist(),
+        "zero_point": [0] * 4096,
+    }
     rounded = torch.round(bias / scale)
     off = (rounded.double() * scale.double() - bias.double()).abs() / scale.double()
-    assert float(off.max()) > 0.5 + 1e-3   # the old fixed tolerance refused clean tico here
+    assert float(off.max()) > 0.5 + 1e-3  # the old fixed tolerance refused clean tico here
     assert bias_off_rule({**record, "values": rounded.to(torch.int64).tolist()}, bias) is None
     truncated = torch.trunc(bias / scale).to(torch.int64).tolist()
     assert "steps from the float bias" in bias_off_rule({**record, "values": truncated}, bias)
@@ -442,7 +481,7 @@ def test_a_residual_sum_given_qparams_of_no_fake_quant_is_not_absorbed(monkeypat
     from tico.quantization.passes import propagate_qparam_backward as backward
     from tico.serialize.quant_param import QPARAM_KEY
 
-    from harness.qparam_consistency import _wrapper_line
+    from harness.qparam_records import _wrapper_line
 
     original = backward.PropagateQParamBackward.call
     seeded = []
@@ -450,8 +489,11 @@ def test_a_residual_sum_given_qparams_of_no_fake_quant_is_not_absorbed(monkeypat
     def widening(self, exported_program):
         outcome = original(self, exported_program)
         for node in exported_program.graph_module.graph.nodes:
-            if node.op == "call_function" and QPARAM_KEY in node.meta \
-                    and _wrapper_line(node.meta.get("stack_trace")).endswith("llama/quant_decoder_layer.py:359"):
+            if (
+                node.op == "call_function"
+                and QPARAM_KEY in node.meta
+                and _wrapper_line(node.meta.get("stack_trace")).endswith("llama/quant_decoder_layer.py:359")
+            ):
                 qparam = copy.deepcopy(node.meta[QPARAM_KEY])
                 qparam.scale = [s * 2 for s in qparam.scale]
                 node.meta[QPARAM_KEY] = qparam
@@ -462,8 +504,11 @@ def test_a_residual_sum_given_qparams_of_no_fake_quant_is_not_absorbed(monkeypat
     replay = run_check(LLAMA_LAYER_PREFILL, "circle_replay")
     assert len(seeded) == 1, seeded
     refusal = [note for note in replay.notes if "torch could not be aligned" in note]
-    assert len(refusal) == 1 and f"tensor {seeded[0]} (aten.add.Tensor)" in refusal[0] \
-        and "qparams of no fake-quant torch applied to it (not what the diagnosis explains)" in refusal[0], replay.notes
+    assert (
+        len(refusal) == 1
+        and f"tensor {seeded[0]} (aten.add.Tensor)" in refusal[0]
+        and "qparams of no fake-quant torch applied to it (not what the diagnosis explains)" in refusal[0]
+    ), replay.notes
     assert not replay.passed and "Circle FAKE_QUANTIZE" in problems_text(replay)
 
 
@@ -516,7 +561,7 @@ def test_softmax_is_computed_as_the_circle_runtime_kernel():
     CPU's vectorized exp)."""
     from tico.circle.runtime.kernels.reduction import _softmax as runtime_softmax
 
-    from harness.qparam_consistency import _circle_softmax
+    from harness.circle_alignment import _circle_softmax
 
     torch.manual_seed(0)
     logits = torch.randn(8, 2520) * 4
@@ -525,8 +570,10 @@ def test_softmax_is_computed_as_the_circle_runtime_kernel():
     assert np.array_equal(_circle_softmax(logits.T.contiguous(), 0).numpy(), runtime.T)
     apart = int((torch.softmax(logits, -1).numpy() != runtime).sum())
     if apart == 0:
-        pytest.skip("torch's softmax equals numpy's bit for bit on this CPU: the difference the kernel models "
-                    "does not show here (the equality above was checked)")
+        pytest.skip(
+            "torch's softmax equals numpy's bit for bit on this CPU: the difference the kernel models "
+            "does not show here (the equality above was checked)"
+        )
     assert apart > 0
 
 
@@ -546,7 +593,7 @@ def test_gelu_is_computed_as_the_circle_runtime_kernel(approximate):
     float32 GELU differs from it in the last bits somewhere (how many elements depends on the CPU)."""
     from tico.circle.runtime.kernels.elementwise import _gelu as runtime_gelu
 
-    from harness.qparam_consistency import _circle_gelu
+    from harness.circle_alignment import _circle_gelu
 
     torch.manual_seed(0)
     x = torch.randn(64, 4096) * 3
@@ -580,7 +627,7 @@ def test_batch_matmul_is_computed_as_the_circle_runtime_kernel():
     torch's bmm differs from it in the last bits somewhere (how many depends on the CPU's GEMM)."""
     from tico.circle.runtime.kernels.nn import _batch_matmul as runtime_bmm
 
-    from harness.qparam_consistency import _circle_bmm
+    from harness.circle_alignment import _circle_bmm
 
     torch.manual_seed(0)
     q, k = torch.randn(4, 256, 512), torch.randn(4, 256, 512)

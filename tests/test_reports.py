@@ -8,7 +8,8 @@ import sqlite3
 
 import pytest
 
-from harness.report import history, merge
+from harness.commands import history as history_command
+from harness.report import dashboard, history, merge
 from harness.report.html import case_rows, render_report
 from tests.report_fixture import HOSTILE, results_doc
 
@@ -92,7 +93,7 @@ def test_history_flags_a_regression_after_three_runs(tmp_path):
     for i, peir in enumerate((0.050, 0.051, 0.080)):
         history.append_run(db, results_doc(peir=peir, started=f"2026-11-0{i + 1}T00:00:00Z"))
     out = tmp_path / "dashboard.html"
-    summary = history.dashboard(db, out, window=5, margin=0.1)
+    summary = dashboard.dashboard(db, out, window=5, margin=0.1)
     assert summary["runs"] == 3
     assert ("good_case", "tiny", "quant_accuracy", "peir") in summary["regressions"]
     assert ("good_case", "tiny", "quant_accuracy", "sqnr_db") not in summary["regressions"]
@@ -104,7 +105,7 @@ def test_history_stable_metrics_are_not_flagged(tmp_path):
     db = tmp_path / "h.sqlite"
     for peir in (0.05, 0.05, 0.052):
         history.append_run(db, results_doc(peir=peir))
-    assert history.dashboard(db, tmp_path / "d.html")["regressions"] == []
+    assert dashboard.dashboard(db, tmp_path / "d.html")["regressions"] == []
 
 
 def test_history_stores_hostile_names_verbatim(tmp_path):
@@ -114,13 +115,16 @@ def test_history_stores_hostile_names_verbatim(tmp_path):
     history.append_run(db, doc)
     con = sqlite3.connect(db)
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
-    assert con.execute("SELECT case_name FROM metrics WHERE case_name LIKE 'x%'").fetchone()[0] == doc["results"][0]["case"]
+    assert (
+        con.execute("SELECT case_name FROM metrics WHERE case_name LIKE 'x%'").fetchone()[0]
+        == doc["results"][0]["case"]
+    )
 
 
 def test_history_cli(tmp_path, capsys):
     results = tmp_path / "results.json"
     results.write_text(json.dumps(results_doc()))
     db = tmp_path / "h.sqlite"
-    assert history.main(["append", str(results), "--db", str(db)]) == 0
-    assert history.main(["dashboard", "--db", str(db), "--out", str(tmp_path / "d.html")]) == 0
+    assert history_command.main(["append", str(results), "--db", str(db)]) == 0
+    assert history_command.main(["dashboard", "--db", str(db), "--out", str(tmp_path / "d.html")]) == 0
     assert "1 runs" in capsys.readouterr().out

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import run_compare
+from harness import comparison_report, run_compare
 from harness.__main__ import main
 from tests.report_fixture import HOSTILE, results_doc
 
@@ -54,8 +54,17 @@ def test_seeded_defect_lists_changed_items_first_with_repro_and_exits_1(tmp_path
     base = results_doc(peir=0.05)
     head = _seeded(base, GOLDEN)
     md, html = tmp_path / "cmp.md", tmp_path / "cmp.html"
-    code = main(["compare", _write(tmp_path / "base.json", base), _write(tmp_path / "head.json", head),
-                 "--markdown", str(md), "--html", str(html)])
+    code = main(
+        [
+            "compare",
+            _write(tmp_path / "base.json", base),
+            _write(tmp_path / "head.json", head),
+            "--markdown",
+            str(md),
+            "--html",
+            str(html),
+        ]
+    )
     assert code == 1
     out = capsys.readouterr().out
     assert "WORSE: 1 verdict(s) regressed, 1 metric(s) worse by more than 10%" in out
@@ -112,19 +121,22 @@ def test_non_finite_values_compare_by_direction():
     assert [(m.metric, m.kind) for m in cmp.metrics] == [("sqnr_db", "worse")]
 
 
-@pytest.mark.parametrize("before, after, kind, label", [
-    ("passed", "failed", "worse", "passed -> failed (regressed)"),
-    ("xfailed", "failed", "worse", "xfail -> fail"),
-    ("passed", "xfailed", "worse", "passed -> xfail"),
-    ("passed", "skipped", "worse", "passed -> skipped (no longer checked)"),
-    (None, "error", "worse", "new failure (error)"),
-    ("failed", "passed", "better", "failed -> passed (fixed)"),
-    ("failed", "xfailed", "better", "fail -> xfail"),
-    ("xfailed", "passed", "better", "xfail -> passed"),
-    (None, "passed", "changed", "new item (passed)"),
-    ("passed", None, "changed", "removed item (was passed)"),
-    ("failed", "error", "changed", "failed -> error (still failing)"),
-])
+@pytest.mark.parametrize(
+    "before, after, kind, label",
+    [
+        ("passed", "failed", "worse", "passed -> failed (regressed)"),
+        ("xfailed", "failed", "worse", "xfail -> fail"),
+        ("passed", "xfailed", "worse", "passed -> xfail"),
+        ("passed", "skipped", "worse", "passed -> skipped (no longer checked)"),
+        (None, "error", "worse", "new failure (error)"),
+        ("failed", "passed", "better", "failed -> passed (fixed)"),
+        ("failed", "xfailed", "better", "fail -> xfail"),
+        ("xfailed", "passed", "better", "xfail -> passed"),
+        (None, "passed", "changed", "new item (passed)"),
+        ("passed", None, "changed", "removed item (was passed)"),
+        ("failed", "error", "changed", "failed -> error (still failing)"),
+    ],
+)
 def test_verdict_transitions(before, after, kind, label):
     assert run_compare.classify(before, after)[0] == kind
     assert run_compare.classify(before, after)[1].startswith(label)
@@ -135,8 +147,15 @@ def test_new_and_removed_items_and_ordering():
     base = results_doc()
     head = copy.deepcopy(base)
     removed = head["results"].pop(3)  # good_case golden
-    head["results"].append({**copy.deepcopy(removed), "nodeid": "cases/fixture.py::new_case[tiny]::golden",
-                            "case": "new_case", "outcome": "failed", "message": "E   AssertionError: boom"})
+    head["results"].append(
+        {
+            **copy.deepcopy(removed),
+            "nodeid": "cases/fixture.py::new_case[tiny]::golden",
+            "case": "new_case",
+            "outcome": "failed",
+            "message": "E   AssertionError: boom",
+        }
+    )
     _record(head, "cases/fixture.py::bad_case[tiny]::quant_accuracy")["outcome"] = "passed"
     cmp = run_compare.compare(base, head)
     assert [(v.kind, v.nodeid) for v in cmp.verdicts] == [
@@ -187,12 +206,15 @@ def test_a_local_build_label_is_the_same_release():
     assert run_compare.compare(base, head).version_diffs == []
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"run": {}, "results": [', "is not valid JSON: Expecting value (line 1, column 25; truncated or corrupt?)"),
-    ('{"hello": 1}', "is not a wrapq results.json"),
-    ('{"run": {}, "results": [{"nodeid": "x"}]}', "results[0] is not an item record"),
-    (b"\xff\xfe{", "is not UTF-8 text"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"run": {}, "results": [', "is not valid JSON: Expecting value (line 1, column 25; truncated or corrupt?)"),
+        ('{"hello": 1}', "is not a wrapq results.json"),
+        ('{"run": {}, "results": [{"nodeid": "x"}]}', "results[0] is not an item record"),
+        (b"\xff\xfe{", "is not UTF-8 text"),
+    ],
+)
 def test_corrupt_input_exits_2_with_a_message(tmp_path, capsys, content, message):
     good = _write(tmp_path / "good.json", results_doc())
     bad = tmp_path / "bad.json"
@@ -215,9 +237,9 @@ def test_hostile_names_are_escaped(tmp_path):
     weird = next(r for r in head["results"] if HOSTILE in r["case"])
     weird["outcome"], weird["message"] = "failed", f"- problem {HOSTILE} | pipe"
     cmp = run_compare.compare(base, head)
-    html = run_compare.render_html(cmp)
+    html = comparison_report.render_html(cmp)
     assert HOSTILE not in html and "&lt;script&gt;" in html
-    md = run_compare.render_markdown(cmp)
+    md = comparison_report.render_markdown(cmp)
     assert "<script" not in re.sub(r"`[^`]*`", "", md)  # no raw HTML outside code spans
     assert "problem &lt;script>alert" in md and "\\| pipe" in md
     # the node id stays in a code span, where markdown shows it literally
@@ -231,9 +253,26 @@ REAL_SELECTION = "nn_linear and (quant_accuracy or golden or noquant_parity)"
 @pytest.fixture(scope="module")
 def real_results(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("real")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-k", REAL_SELECTION, "--sweep", "off",
-                           f"--wrapq-report-dir={out}"], cwd=REPO, env=dict(os.environ), capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:xdist",
+            "-k",
+            REAL_SELECTION,
+            "--sweep",
+            "off",
+            f"--wrapq-report-dir={out}",
+        ],
+        cwd=REPO,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     return json.loads((out / "results.json").read_text())
 
@@ -275,11 +314,20 @@ def test_runs_on_different_testbeds_are_said_to_be(tmp_path):
     from tests.report_fixture import results_doc
 
     base, head = results_doc(), results_doc()
-    platform = {"cpu": "Intel Xeon", "machine": "x86_64", "cpu_capability": "AVX512", "blas": "MKL", "torch_threads": 1,
-                "env": {}}
+    platform = {
+        "cpu": "Intel Xeon",
+        "machine": "x86_64",
+        "cpu_capability": "AVX512",
+        "blas": "MKL",
+        "torch_threads": 1,
+        "env": {},
+    }
     base["run"]["platform"] = platform
     head["run"]["platform"] = {**platform, "cpu_capability": "DEFAULT"}
-    text = run_compare.render_text(run_compare.compare(base, head))
-    assert "testbeds differ (metric moves may come from the machine, not the commit): cpu_capability 'AVX512' -> 'DEFAULT'" in text
+    text = comparison_report.render_text(run_compare.compare(base, head))
+    assert (
+        "testbeds differ (metric moves may come from the machine, not the commit): cpu_capability 'AVX512' -> 'DEFAULT'"
+        in text
+    )
     head["run"]["platform"] = platform
-    assert "testbeds differ" not in run_compare.render_text(run_compare.compare(base, head))
+    assert "testbeds differ" not in comparison_report.render_text(run_compare.compare(base, head))

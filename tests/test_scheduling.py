@@ -8,7 +8,14 @@ import json
 import pytest
 
 from harness.report import merge
-from harness.scheduling import ShardSpecError, assign_shards, load_durations, longest_first, parse_shard, write_durations
+from harness.scheduling import (
+    ShardSpecError,
+    assign_shards,
+    load_durations,
+    longest_first,
+    parse_shard,
+    write_durations,
+)
 from tests.test_plugin import project, toy_goldens  # noqa: F401 - pytest fixtures
 
 DURATIONS = {"a[tiny]": 30.0, "b[tiny]": 5.0, "c[tiny]": 20.0, "d[tiny]": 12.0, "e[tiny]": 11.0}
@@ -23,7 +30,11 @@ def test_parse_shard():
 
 def test_longest_first_puts_unknown_groups_first_and_breaks_ties_by_name():
     assert longest_first(["b[tiny]", "new[tiny]", "a[tiny]", "c[tiny]"], DURATIONS) == [
-        "new[tiny]", "a[tiny]", "c[tiny]", "b[tiny]"]
+        "new[tiny]",
+        "a[tiny]",
+        "c[tiny]",
+        "b[tiny]",
+    ]
     assert longest_first(["y", "x"], {}) == ["x", "y"]
 
 
@@ -48,7 +59,8 @@ def test_durations_file_round_trip_keeps_groups_not_run(tmp_path):
 
 def test_collection_is_longest_first_from_the_durations_file(project):
     (project.path / "case_durations.json").write_text(
-        json.dumps({"groups": {"toy_linear[tiny]": 1.0, "toy_future[tiny]": 9.0, "toy_missing[tiny]": 5.0}}))
+        json.dumps({"groups": {"toy_linear[tiny]": 1.0, "toy_future[tiny]": 9.0, "toy_missing[tiny]": 5.0}})
+    )
     result = project.runpytest_subprocess("--collect-only", "-q")
     order = []
     for line in result.outlines:
@@ -59,11 +71,14 @@ def test_collection_is_longest_first_from_the_durations_file(project):
 
 def test_two_shards_merged_equal_one_run(project):
     (project.path / "case_durations.json").write_text(
-        json.dumps({"groups": {"toy_linear[tiny]": 9.0, "toy_future[tiny]": 1.0, "toy_missing[tiny]": 1.0}}))
+        json.dumps({"groups": {"toy_linear[tiny]": 9.0, "toy_future[tiny]": 1.0, "toy_missing[tiny]": 1.0}})
+    )
     project.runpytest_subprocess("-p", "no:xdist", "--wrapq-report-dir", "whole")
     shards = []
     for index in (1, 2):
-        result = project.runpytest_subprocess("-p", "no:xdist", "--shard", f"{index}/2", "--wrapq-report-dir", f"s{index}")
+        result = project.runpytest_subprocess(
+            "-p", "no:xdist", "--shard", f"{index}/2", "--wrapq-report-dir", f"s{index}"
+        )
         assert "deselected" in result.stdout.str()
         shards.append(json.loads((project.path / f"s{index}" / "results.json").read_text()))
     # toy_linear (9 s) alone on one shard, the two 1 s groups on the other.

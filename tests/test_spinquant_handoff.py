@@ -58,8 +58,10 @@ def test_wrapper_dropping_rotate_embedding_fails(monkeypatch):
     monkeypatch.setattr(QuantLlamaModel, "__init__", dropping)
     result = run_check(LM, "rotation_handoff")
     assert not result.passed
-    assert ("model.rotate_embedding.weight: the algorithm computed it, and no module of the QUANT wrapper tree holds "
-            "a tensor with its contents") in problems_text(result)
+    assert (
+        "model.rotate_embedding.weight: the algorithm computed it, and no module of the QUANT wrapper tree holds "
+        "a tensor with its contents"
+    ) in problems_text(result)
     assert not run_check(LM, "noquant_parity").passed
 
 
@@ -97,7 +99,7 @@ def test_rotation_never_applied_fails_the_claimed_gain(monkeypatch):
 def test_same_up_to_scale_accepts_a_folded_scale_only():
     weight = torch.randn(8, 16, generator=torch.Generator().manual_seed(0))
     assert _same_up_to_scale(weight.clone(), weight) == 1.0
-    assert _same_up_to_scale(weight * 8 ** -0.5, weight) == pytest.approx(8 ** -0.5)
+    assert _same_up_to_scale(weight * 8**-0.5, weight) == pytest.approx(8**-0.5)
     assert _same_up_to_scale(weight.flip(0), weight) is None
     assert _same_up_to_scale(weight + 1e-3, weight) is None
 
@@ -106,9 +108,25 @@ def test_clean_spinquant_cases_pass_under_the_scalar_kernels(tmp_path):
     """Every check of the SpinQuant cases -- the handoff gates, the limits, the goldens -- holds on
     ATEN_CPU_CAPABILITY=default (measured native and scalar)."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:randomly", "cases/spinquant_llama.py",
-                           f"--wrapq-report-dir={tmp_path / 'reports'}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "0",
+            "-p",
+            "no:randomly",
+            "cases/spinquant_llama.py",
+            f"--wrapq-report-dir={tmp_path / 'reports'}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     last = done.stdout.splitlines()[-1]
     assert re.search(r"\b\d+ (failed|errors?|xpassed)\b", last) is None, last

@@ -64,13 +64,16 @@ def test_family_shapes_are_ticos(family):
     shape = getattr(_smoke(family), shape_class)()
     theirs = dataclasses.asdict(shape)
     assert {k: tuple(v) if isinstance(v, list) else v for k, v in theirs.items()} == ours, (
-        f"tico's {shape_class} moved: {theirs}; update cases/_static_runtime.py and re-measure the profile")
+        f"tico's {shape_class} moved: {theirs}; update cases/_static_runtime.py and re-measure the profile"
+    )
     # the derived counts the builders use
     if family == "gemma4":
         assert (static.GEMMA4_NUM_PATCHES, static.GEMMA4_VALID_PATCHES) == (shape.num_patches, shape.num_valid_patches)
     if family == "qwen3_vl":
-        assert (static.QWEN3_VL_PATCH_TOKENS, static.QWEN3_VL_VISUAL_TOKENS) == (shape.num_patch_tokens,
-                                                                                  shape.num_visual_tokens)
+        assert (static.QWEN3_VL_PATCH_TOKENS, static.QWEN3_VL_VISUAL_TOKENS) == (
+            shape.num_patch_tokens,
+            shape.num_visual_tokens,
+        )
 
 
 @pytest.mark.parametrize("family", sorted(_FAMILIES))
@@ -84,7 +87,8 @@ def test_case_set_is_ticos(family):
     assert not ours & left_out, f"cases both run and left out: {sorted(ours & left_out)}"
     assert ours == tico - left_out, (
         f"harness static_runtime cases differ from tico's set: missing {sorted(tico - left_out - ours)}, "
-        f"not tico's {sorted(ours - tico)}")
+        f"not tico's {sorted(ours - tico)}"
+    )
 
 
 def test_left_out_cases_are_ticos_with_a_reason():
@@ -97,7 +101,8 @@ def test_declared_shapes_are_ticos_per_case():
     """Each case's declared static-runtime shapes equal what TICO's case of that name uses."""
     cases = _harness_static_cases()
     assert set(static.CASE_SHAPES) == set(cases), (
-        f"shapes declared for {sorted(set(static.CASE_SHAPES) ^ set(cases))} do not match the profile's cases")
+        f"shapes declared for {sorted(set(static.CASE_SHAPES) ^ set(cases))} do not match the profile's cases"
+    )
     supported = {}
     for family in _FAMILIES:
         supported.update(_tico_supported(family))
@@ -114,8 +119,13 @@ def test_declared_shapes_are_ticos_per_case():
 
 def _dims(sample) -> set[int]:
     tensors = [v for v in (*sample.args, *sample.kwargs.values()) if isinstance(v, torch.Tensor)]
-    tensors += [t for v in (*sample.args, *sample.kwargs.values()) if isinstance(v, (tuple, list))
-                for t in v if isinstance(t, torch.Tensor)]
+    tensors += [
+        t
+        for v in (*sample.args, *sample.kwargs.values())
+        if isinstance(v, (tuple, list))
+        for t in v
+        if isinstance(t, torch.Tensor)
+    ]
     dims = {int(d) for t in tensors for d in t.shape}
     dims |= {int(v) for v in (*sample.args, *sample.kwargs.values()) if isinstance(v, int) and not isinstance(v, bool)}
     return dims
@@ -138,16 +148,19 @@ def test_builders_feed_the_declared_shapes(name):
     case = _harness_static_cases()[name]
     torch.manual_seed(case.seed)
     built = case.build(static.PROFILE)
-    samples = {**{f"calibration[{i}]": s for i, s in enumerate(built.inputs.calibration)},
-               **built.inputs.evaluation}
+    samples = {**{f"calibration[{i}]": s for i, s in enumerate(built.inputs.calibration)}, **built.inputs.evaluation}
     for key, value in static.CASE_SHAPES[name].items():
         want = _expected_dim(key, value)
         for label, sample in samples.items():
             assert want in _dims(sample), f"{name} {label}: no input of size {want} ({key}={value})"
 
 
-_GEMMA4_DECODER_LAYERS = ("gemma4_text_decoder_layer_prefill", "gemma4_text_decoder_layer_sliding_prefill",
-                          "gemma4_text_decoder_layer_decode", "gemma4_text_decoder_layer_shared_kv")
+_GEMMA4_DECODER_LAYERS = (
+    "gemma4_text_decoder_layer_prefill",
+    "gemma4_text_decoder_layer_sliding_prefill",
+    "gemma4_text_decoder_layer_decode",
+    "gemma4_text_decoder_layer_shared_kv",
+)
 
 
 @pytest.mark.parametrize("name", _GEMMA4_DECODER_LAYERS)

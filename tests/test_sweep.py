@@ -50,28 +50,40 @@ def test_labels_name_only_the_axes_off_baseline_in_axis_order():
     assert [v.label for v in variants(sweep, "nightly")] == ["heads=4,kv_heads=2", "kv_heads=2", "heads=4"]
 
 
-@pytest.mark.parametrize("sweep, field, message", [
-    (Sweep(axes={"kv_heads": (1, 2)}, pr=("kv_head=2",)), "sweep.pr", "names no axis 'kv_head'"),
-    (Sweep(axes={"kv_heads": (1, 2)}, pr=("kv_heads=3",)), "sweep.pr", "'3' is not a value of 'kv_heads'"),
-    (Sweep(axes={"kv_heads": (1,)}), "sweep.axes['kv_heads']", "at least two values"),
-    (Sweep(axes={"kv_heads": (1, 2.5)}), "sweep.axes['kv_heads']", "must be an int, a bool or a string"),
-    (Sweep(axes={"kv_heads": (1, 2)}, nightly="everything"), "sweep.nightly", "is not one of"),
-    (Sweep(axes={"kv_heads": (1, 2)}, overrides={"kv_heads=2": {"seed": 3}}), "sweep.overrides['kv_heads=2']",
-     "cannot override seed"),
-    (Sweep(axes={"kv_heads": (1, 2)}, nightly="each", overrides={"kv_heads=1": {"settings": {}}}),
-     "sweep.overrides['kv_heads=1']", "matches no variant"),
-    (Sweep(axes={"heads": (2, 4)}), "sweep.axes['heads']", "is read by none of build, ptq_config"),
-    (Sweep(axes={"kv_heads": (2, 1)}), "sweep.axes['kv_heads']", "build's default for 'kv_heads' is 1, not the "
-     "baseline 2"),
-    (Sweep(axes={"kv_heads": (1, 2)}, profiles=("wide",)), "sweep.profiles", "profiles the case runs"),
-])
+@pytest.mark.parametrize(
+    "sweep, field, message",
+    [
+        (Sweep(axes={"kv_heads": (1, 2)}, pr=("kv_head=2",)), "sweep.pr", "names no axis 'kv_head'"),
+        (Sweep(axes={"kv_heads": (1, 2)}, pr=("kv_heads=3",)), "sweep.pr", "'3' is not a value of 'kv_heads'"),
+        (Sweep(axes={"kv_heads": (1,)}), "sweep.axes['kv_heads']", "at least two values"),
+        (Sweep(axes={"kv_heads": (1, 2.5)}), "sweep.axes['kv_heads']", "must be an int, a bool or a string"),
+        (Sweep(axes={"kv_heads": (1, 2)}, nightly="everything"), "sweep.nightly", "is not one of"),
+        (
+            Sweep(axes={"kv_heads": (1, 2)}, overrides={"kv_heads=2": {"seed": 3}}),
+            "sweep.overrides['kv_heads=2']",
+            "cannot override seed",
+        ),
+        (
+            Sweep(axes={"kv_heads": (1, 2)}, nightly="each", overrides={"kv_heads=1": {"settings": {}}}),
+            "sweep.overrides['kv_heads=1']",
+            "matches no variant",
+        ),
+        (Sweep(axes={"heads": (2, 4)}), "sweep.axes['heads']", "is read by none of build, ptq_config"),
+        (
+            Sweep(axes={"kv_heads": (2, 1)}),
+            "sweep.axes['kv_heads']",
+            "build's default for 'kv_heads' is 1, not the baseline 2",
+        ),
+        (Sweep(axes={"kv_heads": (1, 2)}, profiles=("wide",)), "sweep.profiles", "profiles the case runs"),
+    ],
+)
 def test_malformed_sweeps_name_the_field(sweep, field, message):
     with pytest.raises(SweepError, match=message) as info:
         validate(sweep, ("tiny",), CALLABLES)
     assert info.value.field_name == field
 
 
-SWEPT_CASES = '''
+SWEPT_CASES = """
 import torch
 from harness import Built, Case, CaseInputs, Expected, Sample, Sweep
 
@@ -107,7 +119,7 @@ CASES = [Case(name="toy_attention", family="llama", build=build_attention, ptq_c
               reference_call=hf_call,
               sweep=Sweep(axes={"heads": (2, 4), "kv_heads": (1, 2)}, pr=("kv_heads=2", "heads=4,kv_heads=2"),
                           nightly="all"))]
-'''
+"""
 
 INI = """
 [pytest]
@@ -120,7 +132,7 @@ addopts = -p no:cacheprovider
 # of repeat_interleave(), so query head i reads K/V head i % kv_heads instead of i // kv_rep.
 # With one K/V head (kv_heads=1) the two agree and with kv_heads == heads nothing is repeated:
 # only heads=4,kv_heads=2 can show it.
-GQA_DEFECT_CONFTEST = '''
+GQA_DEFECT_CONFTEST = """
 import torch
 from tico.quantization.wrapq.wrappers.llama.quant_attention import QuantLlamaAttention
 
@@ -143,7 +155,7 @@ def _forward_batched(self, **kwargs):
 
 
 QuantLlamaAttention._forward_batched = _forward_batched
-'''
+"""
 
 
 @pytest.fixture
@@ -161,19 +173,25 @@ def _ids(result) -> list[str]:
 def test_variant_ids_keep_the_declared_case_and_select_with_k_and_m(swept):
     ids = _ids(swept.runpytest_subprocess("--collect-only", "-q"))
     groups = sorted({i.rsplit("::", 1)[0] for i in ids})
-    assert groups == ["cases/toy.py::toy_attention[tiny,heads=4,kv_heads=2]", "cases/toy.py::toy_attention[tiny,kv_heads=2]",
-                      "cases/toy.py::toy_attention[tiny]"]
+    assert groups == [
+        "cases/toy.py::toy_attention[tiny,heads=4,kv_heads=2]",
+        "cases/toy.py::toy_attention[tiny,kv_heads=2]",
+        "cases/toy.py::toy_attention[tiny]",
+    ]
     assert "cases/toy.py::toy_attention[tiny,kv_heads=2]::noquant_parity" in ids
-    nightly = {i.rsplit("::", 1)[0] for i in _ids(swept.runpytest_subprocess("--collect-only", "-q", "--sweep",
-                                                                               "nightly"))}
+    nightly = {
+        i.rsplit("::", 1)[0] for i in _ids(swept.runpytest_subprocess("--collect-only", "-q", "--sweep", "nightly"))
+    }
     assert "cases/toy.py::toy_attention[tiny,heads=4]" in nightly and len(nightly) == 4
     off = {i.rsplit("::", 1)[0] for i in _ids(swept.runpytest_subprocess("--collect-only", "-q", "--sweep", "off"))}
     assert off == {"cases/toy.py::toy_attention[tiny]"}
     # -k matches the axis in the id; -m sweep(...) selects by value (the baseline carries its values too).
     # (-k's grammar has no '=' or ',': it matches an axis name as a substring of the id)
     by_k = _ids(swept.runpytest_subprocess("--collect-only", "-q", "-k", "kv_heads and noquant_parity"))
-    assert by_k == ["cases/toy.py::toy_attention[tiny,heads=4,kv_heads=2]::noquant_parity",
-                    "cases/toy.py::toy_attention[tiny,kv_heads=2]::noquant_parity"]
+    assert by_k == [
+        "cases/toy.py::toy_attention[tiny,heads=4,kv_heads=2]::noquant_parity",
+        "cases/toy.py::toy_attention[tiny,kv_heads=2]::noquant_parity",
+    ]
     by_m = _ids(swept.runpytest_subprocess("--collect-only", "-q", "-m", "sweep(kv_heads=1) and lifecycle"))
     assert by_m == ["cases/toy.py::toy_attention[tiny]::lifecycle"]
     by_m = _ids(swept.runpytest_subprocess("--collect-only", "-q", "-m", "sweep(heads=4) and lifecycle"))
@@ -194,8 +212,10 @@ def test_seeded_gqa_defect_fails_only_the_grouped_variant_and_groups_stay_on_one
     # a variant keeps no golden: its limits gate it; the declared case still has its golden item
     assert outcomes["toy_attention[tiny,kv_heads=2]::golden"] == "skipped"
     by_id = {r["nodeid"].split("::", 1)[1]: r for r in doc["results"]}
-    assert "sweep variant kv_heads=2 of 'toy_attention' is gated by its checks' limits" in \
-        by_id["toy_attention[tiny,kv_heads=2]::golden"]["message"]
+    assert (
+        "sweep variant kv_heads=2 of 'toy_attention' is gated by its checks' limits"
+        in by_id["toy_attention[tiny,kv_heads=2]::golden"]["message"]
+    )
     record = by_id["toy_attention[tiny,heads=4,kv_heads=2]::noquant_parity"]
     assert record["case"] == "toy_attention" and record["profile"] == "tiny,heads=4,kv_heads=2"
     assert record["axes"] == {"heads": 4, "kv_heads": 2}
@@ -215,14 +235,19 @@ def test_clean_tico_passes_every_variant_under_scalar_kernels(swept, monkeypatch
 
 
 def test_a_malformed_sweep_is_a_definition_item_and_other_cases_run(swept):
-    (swept.path / "cases" / "bad.py").write_text(textwrap.dedent(SWEPT_CASES).replace(
-        'pr=("kv_heads=2", "heads=4,kv_heads=2")', 'pr=("kv_heads=3",)').replace('"toy_attention"', '"bad_attention"'))
+    (swept.path / "cases" / "bad.py").write_text(
+        textwrap.dedent(SWEPT_CASES)
+        .replace('pr=("kv_heads=2", "heads=4,kv_heads=2")', 'pr=("kv_heads=3",)')
+        .replace('"toy_attention"', '"bad_attention"')
+    )
     result = swept.runpytest_subprocess("-k", "bad or (toy_attention and lifecycle)")
     result.assert_outcomes(passed=3, failed=1)
     out = result.stdout.str()
     assert "cases/bad.py::<definition:bad_attention.sweep.pr>" in out
-    assert ("malformed case definition in bad.py: case 'bad_attention': field 'sweep.pr': selector 'kv_heads=3': "
-            "'3' is not a value of 'kv_heads' (1, 2)") in out
+    assert (
+        "malformed case definition in bad.py: case 'bad_attention': field 'sweep.pr': selector 'kv_heads=3': "
+        "'3' is not a value of 'kv_heads' (1, 2)"
+    ) in out
 
 
 def test_declared_cases_reject_a_non_sweep():

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from cases.llama import build_attention, _reference_eval_config
+from cases.llama import _reference_eval_config, build_attention
 from cases.nn import CASES as NN_CASES
 from harness.sweep import expand, make_variant
 from tests.helpers import run_check
@@ -56,14 +56,17 @@ def test_int16_output_after_uint8_input_is_requantized_on_a_uint8_grid():
     gap = run_check(_linear_variant("act_out_int16"), "circle_replay")
     assert gap.metrics["fake_quantize_max_steps"] > 32, gap.metrics
     # ... and with the input int16 too there is no dtype mismatch, no inserted Quantize: within a step.
+    import dataclasses
+
     from tico.quantization.config.ptq import PTQConfig
     from tico.quantization.config.specs import affine
     from tico.quantization.wrapq.dtypes import INT16
 
-    import dataclasses
-
-    both = dataclasses.replace(_linear_variant("act_out_int16"), ptq_config=lambda profile: PTQConfig(
-        overrides={"act_in": affine(INT16), "act_out": affine(INT16)}), expected_failures={})
+    both = dataclasses.replace(
+        _linear_variant("act_out_int16"),
+        ptq_config=lambda profile: PTQConfig(overrides={"act_in": affine(INT16), "act_out": affine(INT16)}),
+        expected_failures={},
+    )
     aligned = run_check(both, "circle_replay")
     assert aligned.metrics["fake_quantize_max_steps"] <= 1.0, aligned.metrics
 
@@ -134,7 +137,8 @@ def test_ple_decode_loss_is_the_ple_product_clipped_by_single_token_calibration(
     # ... which the evaluation token's product exceeds
     seen: dict = {}
     hook = pipeline.wrapped.wrapped.per_layer_projection.register_forward_hook(
-        lambda module, args, out: seen.update(product=args[0].detach()))
+        lambda module, args, out: seen.update(product=args[0].detach())
+    )
     with torch.no_grad():
         sample.call(pipeline.wrapped)
     hook.remove()

@@ -49,8 +49,20 @@ def _run(tree: Path, tmp_path: Path, *extra: str) -> tuple[int, dict, str]:
     """The selection under pytest with ``tree`` first on the path; (exit code, results.json, output)."""
     report = tmp_path / f"reports-{tree.name}-{len(extra)}"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]), WRAPQ_TICO=str(tree))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", SELECTION, "--no-circle-cache",
-           "--no-export-cache", f"--wrapq-report-dir={report}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        SELECTION,
+        "--no-circle-cache",
+        "--no-export-cache",
+        f"--wrapq-report-dir={report}",
+        *extra,
+    ]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     results = json.loads((report / "results.json").read_text())
     return done.returncode, results, done.stdout + done.stderr
@@ -84,15 +96,20 @@ def test_a_behaviour_neutral_tree_changes_no_verdict(tmp_path, pinned):
     assert results["run"]["tico"]["location"] == str(tree / "tico")
     assert results["run"]["tico"]["source_sha256"] != pinned["run"]["tico"]["source_sha256"]
     assert _outcomes(results) == _outcomes(pinned)
-    assert {fid: f["status"] for fid, f in _statuses(results).items()} == \
-        {fid: f["status"] for fid, f in _statuses(pinned).items()}
+    assert {fid: f["status"] for fid, f in _statuses(results).items()} == {
+        fid: f["status"] for fid, f in _statuses(pinned).items()
+    }
 
 
 def _slice_rule(tree: Path) -> None:
-    _edit(tree, "quantization/passes/propagate_qparam_backward.py", "            # TODO Support more ops.",
-          "            elif node.target == torch.ops.aten.slice.Tensor:\n"
-          "                _propagate_qparam_if_possible(node, node.args[0])\n"
-          "            # TODO Support more ops.")
+    _edit(
+        tree,
+        "quantization/passes/propagate_qparam_backward.py",
+        "            # TODO Support more ops.",
+        "            elif node.target == torch.ops.aten.slice.Tensor:\n"
+        "                _propagate_qparam_if_possible(node, node.args[0])\n"
+        "            # TODO Support more ops.",
+    )
 
 
 def test_a_fixed_finding_is_reported_fixed_on_exactly_its_items(tmp_path, pinned):
@@ -115,8 +132,12 @@ def test_a_fixed_finding_is_reported_fixed_on_exactly_its_items(tmp_path, pinned
 
 def test_a_regression_is_red_with_its_diagnosis(tmp_path):
     tree = _copy_tico(tmp_path, "no_output_fake_quant")
-    _edit(tree, "quantization/wrapq/wrappers/nn/quant_linear.py", "        return self._fq(out, self.obs_act_out)",
-          "        return out")
+    _edit(
+        tree,
+        "quantization/wrapq/wrappers/nn/quant_linear.py",
+        "        return self._fq(out, self.obs_act_out)",
+        "        return out",
+    )
     code, results, output = _run(tree, tmp_path)
     assert code == 1, output[-3000:]
     failed = {r["check"] for r in results["results"] if r["outcome"] == "failed" and r["case"] == "nn_linear"}

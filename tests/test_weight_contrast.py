@@ -17,13 +17,15 @@ from tests.helpers import CHECKS
 
 
 def _with_contrast(case):
-    settings = {**case.settings, "attribution": {**case.settings.get("attribution", {}), "random_weights_contrast": True}}
+    settings = {
+        **case.settings,
+        "attribution": {**case.settings.get("attribution", {}), "random_weights_contrast": True},
+    }
     return dataclasses.replace(case, settings=settings)
 
 
 def test_the_twin_holds_other_weights_and_the_same_inputs():
     import cases.llama as llama
-
     from harness.lifecycle_ops import set_seed
 
     case = {c.name: c for c in llama.CASES}["llama_attention_prefill"]
@@ -69,8 +71,11 @@ def test_a_weight_defect_only_trained_weights_expose_is_named_dominant_on_real_w
         seeded = CHECKS["attribution"].run(Pipeline(case, "real_weights"))
     for label, result in (("clean", clean), ("seeded", seeded)):
         rows = result.evidence["random_weights"]["rows"]
-        print(label, [(r["path"], round(r["real_gain_db"], 2), round(r["random_gain_db"], 2)) for r in rows[:4]],
-              result.evidence["random_weights"]["real_dominant"])
+        print(
+            label,
+            [(r["path"], round(r["real_gain_db"], 2), round(r["random_gain_db"], 2)) for r in rows[:4]],
+            result.evidence["random_weights"]["real_dominant"],
+        )
     # measured 2026-12-02 (native): clean, up_proj's weights dominate on real weights only (4.2 vs 1.6 dB);
     # seeded, gate_proj's (the widest row spread, 17x the median row) move to the top (2.8 vs 1.7 dB)
     gate = "wrapped.gate_proj.wrapped.obs_weight"

@@ -35,9 +35,12 @@ def test_registry_enumeration_agrees_with_tico_lookup():
     assert pairs and all(lookup(fp) is w for fp, w in pairs)
     tico = wc.tico_wrappers(registered)
     assert set(tico) == {w.__name__ for w in registered if w.__module__.startswith("tico.")}
-    assert tico["QuantRMSNorm"]["float_classes"] == sorted([
-        "transformers.models.llama.modeling_llama.LlamaRMSNorm",
-        "transformers.models.qwen3_vl.modeling_qwen3_vl.Qwen3VLTextRMSNorm"])
+    assert tico["QuantRMSNorm"]["float_classes"] == sorted(
+        [
+            "transformers.models.llama.modeling_llama.LlamaRMSNorm",
+            "transformers.models.qwen3_vl.modeling_qwen3_vl.Qwen3VLTextRMSNorm",
+        ]
+    )
 
 
 def test_missing_private_registry_attribute_fails_clearly(monkeypatch):
@@ -67,7 +70,9 @@ def test_snapshot_agrees_with_a_fresh_measurement(snapshot):
         assert record == snapshot[case], f"{case}: run ./scripts/env.sh python -m harness wrappers --measure --write"
     layer = fresh["llama_decoder_layer_prefill"]
     assert layer["root"] == "QuantLlamaDecoderLayer" and layer["root_ran"]
-    assert {"QuantLlamaAttention", "QuantLlamaMLP", "QuantRMSNorm", "QuantSiLU", "QuantLinear"} <= set(layer["ran_as_child"])
+    assert {"QuantLlamaAttention", "QuantLlamaMLP", "QuantRMSNorm", "QuantSiLU", "QuantLinear"} <= set(
+        layer["ran_as_child"]
+    )
     assert fresh["nn_tied_embedding"]["root"] is None
     assert set(fresh["nn_tied_embedding"]["ran_as_child"]) == {"QuantEmbedding", "QuantLinear"}
 
@@ -76,13 +81,23 @@ def test_readme_table_is_current():
     """Judged in a fresh process: tico's registry as the pinned stack registers it. (In a test
     worker, modules other tests imported can register more float classes, so the count in the
     table's header would depend on test order.)"""
-    code = ("from harness import wrapper_coverage as wc\n"
-            "table = wc.table(wc.load_snapshot()['cases'], wc.load_reasons(), wc.tico_wrappers()).strip()\n"
-            "raise SystemExit(0 if wc.readme_table() == table else 1)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert done.returncode == 0, ("run: ./scripts/env.sh python -m harness wrappers --measure --write\n"
-                                  + done.stdout[-2000:] + done.stderr[-2000:])
+    code = (
+        "from harness import wrapper_coverage as wc\n"
+        "table = wc.table(wc.load_snapshot()['cases'], wc.load_reasons(), wc.tico_wrappers()).strip()\n"
+        "raise SystemExit(0 if wc.readme_table() == table else 1)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert done.returncode == 0, (
+        "run: ./scripts/env.sh python -m harness wrappers --measure --write\n"
+        + done.stdout[-2000:]
+        + done.stderr[-2000:]
+    )
 
 
 # -- the enforcement can fail -------------------------------------------------------------
@@ -121,8 +136,14 @@ def test_a_newly_registered_tico_wrapper_fails_until_a_case_or_reason_covers_it(
     reasons = wc.load_reasons()
     problems = wc.problems(wc.tico_wrappers(), wc.aggregate(snapshot), reasons)
     assert len(problems) == 1 and problems[0].startswith("QuantFakeNew: registered in tico, exercised by no case")
-    assert wc.problems(wc.tico_wrappers(), wc.aggregate(snapshot),
-                       dict(reasons, QuantFakeNew="a fake wrapper injected by this test; nothing builds it")) == []
+    assert (
+        wc.problems(
+            wc.tico_wrappers(),
+            wc.aggregate(snapshot),
+            dict(reasons, QuantFakeNew="a fake wrapper injected by this test; nothing builds it"),
+        )
+        == []
+    )
 
 
 def test_out_of_tree_wrappers_are_not_tico_s(monkeypatch):
@@ -184,9 +205,28 @@ def test_matrix_run_records_the_map_through_xdist(tmp_path, snapshot):
     cases = ("llama_mlp", "qwen3_vl_vision_patch_merger")
     selection = f"({' or '.join(cases)}) and (quant_accuracy or wrapper_registry)"
     env = dict(os.environ, PYTHONPATH=str(wc.ROOT))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "-k", selection,
-                          f"--wrapq-report-dir={tmp_path}", "--no-circle-cache", "--no-export-cache"],
-                         cwd=wc.ROOT, env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "-k",
+            selection,
+            f"--wrapq-report-dir={tmp_path}",
+            "--no-circle-cache",
+            "--no-export-cache",
+        ],
+        cwd=wc.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     doc = json.loads((tmp_path / "results.json").read_text())
     carriers = [r["nodeid"] for r in doc["results"] if "wrapper_coverage" in r]
@@ -201,12 +241,21 @@ def test_html_report_shows_the_run_s_map():
     from harness.report.html import render_report
     from tests.report_fixture import HOSTILE, record
 
-    cov = {"root": "QuantLlamaMLP", "root_ran": True, "instantiated": {"QuantLinear": 3, "QuantLlamaMLP": 1, HOSTILE: 1},
-           "ran_quant": {"QuantLinear": 3, "QuantLlamaMLP": 1}, "ran_as_child": {"QuantLinear": 3}}
-    doc = {"run": {}, "results": [record("mlp_case", "quant_accuracy"),
-                                  record("mlp_case", "wrapper_registry", wrapper_coverage=cov)]}
+    cov = {
+        "root": "QuantLlamaMLP",
+        "root_ran": True,
+        "instantiated": {"QuantLinear": 3, "QuantLlamaMLP": 1, HOSTILE: 1},
+        "ran_quant": {"QuantLinear": 3, "QuantLlamaMLP": 1},
+        "ran_as_child": {"QuantLinear": 3},
+    }
+    doc = {
+        "run": {},
+        "results": [record("mlp_case", "quant_accuracy"), record("mlp_case", "wrapper_registry", wrapper_coverage=cov)],
+    }
     html = render_report(doc)
-    section = html[html.index('<details id="wrapper-coverage">'):html.index("</details>", html.index('id="wrapper-coverage"'))]
+    section = html[
+        html.index('<details id="wrapper-coverage">') : html.index("</details>", html.index('id="wrapper-coverage"'))
+    ]
     assert "<code>QuantLlamaMLP</code>" in section and 'title="mlp_case"' in section
     assert HOSTILE not in html and "&lt;script&gt;" in section  # instantiated, never run: escaped
     assert "children <code>QuantLinear</code>&times;3" in html

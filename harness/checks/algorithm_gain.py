@@ -87,10 +87,13 @@ def run(pipeline) -> CheckResult:
                 result.fail(f"{name}: no original weight, calibration input or wrapq-alone weight to compare")
                 continue
             ours = record.weights[name]
-            row = {"linear": name,
-                   "calib_gain_db": _db(_rel_error(calib, weight, baseline[name]), _rel_error(calib, weight, ours)),
-                   "eval_gain_db": _db(_rel_error(eval_inputs[name], weight, baseline[name]),
-                                       _rel_error(eval_inputs[name], weight, ours))}
+            row = {
+                "linear": name,
+                "calib_gain_db": _db(_rel_error(calib, weight, baseline[name]), _rel_error(calib, weight, ours)),
+                "eval_gain_db": _db(
+                    _rel_error(eval_inputs[name], weight, baseline[name]), _rel_error(eval_inputs[name], weight, ours)
+                ),
+            }
             rows.append(row)
         if not rows:
             result.fail("the algorithm claims layer reconstruction but quantized no linear the harness can compare")
@@ -98,31 +101,44 @@ def run(pipeline) -> CheckResult:
             worst = min(rows, key=lambda r: r["calib_gain_db"])
             result.metrics["layer_gain_db"] = worst["calib_gain_db"]
             result.metrics["layer_gain_db_eval"] = min(r["eval_gain_db"] for r in rows)
-            result.gate(f"layer reconstruction gain on the calibration inputs ({worst['linear']}, dB)",
-                        worst["calib_gain_db"], settings.min_layer_gain_db, upper=False)
+            result.gate(
+                f"layer reconstruction gain on the calibration inputs ({worst['linear']}, dB)",
+                worst["calib_gain_db"],
+                settings.min_layer_gain_db,
+                upper=False,
+            )
     outputs = []
     for sample_name in pipeline.built.inputs.evaluation:
         reference = pipeline.output("reference", sample_name)
         valid = pipeline.sample(sample_name).valid_tokens
         ref = select_valid(reference, valid)
-        gain = (sqnr_db(ref, select_valid(pipeline.output("quant", sample_name), valid))
-                - sqnr_db(ref, select_valid(pipeline.output("ptq_alone", sample_name), valid)))
+        gain = sqnr_db(ref, select_valid(pipeline.output("quant", sample_name), valid)) - sqnr_db(
+            ref, select_valid(pipeline.output("ptq_alone", sample_name), valid)
+        )
         outputs.append({"sample": sample_name, "output_gain_db": gain})
         result.metrics[f"output_gain_db[{sample_name}]" if sample_name != "default" else "output_gain_db"] = gain
     if "output_sqnr" in algorithm.claims:
         for row in outputs:
-            result.gate(f"output SQNR gain over wrapq alone [{row['sample']}] (dB)", row["output_gain_db"],
-                        settings.min_output_gain_db, upper=False)
+            result.gate(
+                f"output SQNR gain over wrapq alone [{row['sample']}] (dB)",
+                row["output_gain_db"],
+                settings.min_output_gain_db,
+                upper=False,
+            )
     else:
-        result.notes.append(f"{algorithm.name} makes no output-accuracy claim here: the output gain is reported, "
-                            f"not gated")
+        result.notes.append(
+            f"{algorithm.name} makes no output-accuracy claim here: the output gain is reported, not gated"
+        )
     if "float_identity" in algorithm.claims:
         if record.float_max_rel_diff is None:
             result.fail("the algorithm claims float identity but its run measured no float output change")
         else:
             result.metrics["float_rel_diff"] = record.float_max_rel_diff
-            result.gate("transformed float module vs original, max |diff| / max |output|", record.float_max_rel_diff,
-                        settings.max_float_rel_diff)
+            result.gate(
+                "transformed float module vs original, max |diff| / max |output|",
+                record.float_max_rel_diff,
+                settings.max_float_rel_diff,
+            )
     result.evidence.update({"layers": rows, "outputs": outputs, "claims": list(algorithm.claims)})
     return result
 
@@ -133,12 +149,26 @@ CHECK = Check(
     applies=requires_capability("algorithm"),
     description=__doc__.splitlines()[0],
     settings=Settings,
-    metrics=(Metric("layer_gain_db", better="higher", unit="dB", limit="min_layer_gain_db",
-                    label="layer reconstruction gain (calibration)"),
-             Metric("layer_gain_db_eval", better="higher", unit="dB", label="layer reconstruction gain (evaluation)"),
-             Metric("float_rel_diff", better="lower", limit="max_float_rel_diff",
-                    label="float change of the transformed module"),
-             Metric("output_gain_db", better="higher", unit="dB", limit="min_output_gain_db",
-                    label="output SQNR gain over wrapq alone", headline=True)),
+    metrics=(
+        Metric(
+            "layer_gain_db",
+            better="higher",
+            unit="dB",
+            limit="min_layer_gain_db",
+            label="layer reconstruction gain (calibration)",
+        ),
+        Metric("layer_gain_db_eval", better="higher", unit="dB", label="layer reconstruction gain (evaluation)"),
+        Metric(
+            "float_rel_diff", better="lower", limit="max_float_rel_diff", label="float change of the transformed module"
+        ),
+        Metric(
+            "output_gain_db",
+            better="higher",
+            unit="dB",
+            limit="min_output_gain_db",
+            label="output SQNR gain over wrapq alone",
+            headline=True,
+        ),
+    ),
     report=EVIDENCE_DETAILS,
 )

@@ -41,8 +41,11 @@ def _wrapper_modules(root: torch.nn.Module) -> dict[str, torch.nn.Module]:
     found: dict[str, torch.nn.Module] = {}
     for module in root.modules():
         name = getattr(module, "fp_name", None)
-        if isinstance(module, QuantModuleBase) and name and isinstance(getattr(getattr(module, "module", None),
-                                                                             "weight", None), torch.Tensor):
+        if (
+            isinstance(module, QuantModuleBase)
+            and name
+            and isinstance(getattr(getattr(module, "module", None), "weight", None), torch.Tensor)
+        ):
             found[name] = module
     return found
 
@@ -53,7 +56,9 @@ def _fold_factors(weight: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     into k_proj, or into the K rows of a fused qkv)."""
     w, e = weight.double().reshape(weight.shape[0], -1), expected.double().reshape(weight.shape[0], -1)
     denominator = (e * e).sum(dim=1)
-    return torch.where(denominator > 0, (w * e).sum(dim=1) / denominator.clamp(min=1e-300), torch.ones_like(denominator))
+    return torch.where(
+        denominator > 0, (w * e).sum(dim=1) / denominator.clamp(min=1e-300), torch.ones_like(denominator)
+    )
 
 
 def _broadcast(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -74,8 +79,9 @@ def _circle_constants(binary: bytes, shape: tuple[int, ...]) -> list[Any]:
     return [t for t in program.tensors if t.is_constant and t.is_quantized_integer and tuple(t.shape) == shape]
 
 
-def _circle_match(constants: list[Any], codes: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor
-                  ) -> tuple[bool, str]:
+def _circle_match(
+    constants: list[Any], codes: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor
+) -> tuple[bool, str]:
     """Is there a Circle constant with these codes and qparams? Else describe the nearest one."""
     best: tuple[int, str] | None = None
     want_scale = scale.reshape(-1).double()
@@ -92,8 +98,10 @@ def _circle_match(constants: list[Any], codes: torch.Tensor, scale: torch.Tensor
         mismatched = int((data != codes.to(torch.int64)).sum())
         if mismatched == 0 and scale_rel <= SCALE_REL_EQUAL and zp_ok:
             return True, f"{tensor.name!r}"
-        text = (f"nearest {tensor.name!r}: {mismatched} of {data.numel()} codes differ, scale rel diff "
-                f"{scale_rel:.3g}, zero points {'equal' if zp_ok else 'differ'}")
+        text = (
+            f"nearest {tensor.name!r}: {mismatched} of {data.numel()} codes differ, scale rel diff "
+            f"{scale_rel:.3g}, zero points {'equal' if zp_ok else 'differ'}"
+        )
         if best is None or mismatched < best[0]:
             best = (mismatched, text)
     return False, best[1] if best else f"no quantized constant of shape {tuple(codes.shape)}"
@@ -109,8 +117,9 @@ def run(pipeline) -> CheckResult:
     if pipeline.case.export is None:
         result.notes.append("the case exports nothing: the Circle model is not checked")
     elif "circle_replay" in pipeline.case.expected_failures:
-        result.notes.append("the case's Circle export is an expected failure (circle_replay): the Circle model is not "
-                            "checked")
+        result.notes.append(
+            "the case's Circle export is an expected failure (circle_replay): the Circle model is not checked"
+        )
     else:
         circle_binary = pipeline.circle.binary
     compared = code_mismatches = circle_checked = 0
@@ -120,24 +129,33 @@ def run(pipeline) -> CheckResult:
         rows.append(row)
         module = wrappers.get(name)
         if module is None:
-            result.fail(f"{name}: no wrapper in the quantized tree has fp_name {name!r} and a weight: the algorithm's "
-                        f"tensor reaches no wrapper")
+            result.fail(
+                f"{name}: no wrapper in the quantized tree has fp_name {name!r} and a weight: the algorithm's "
+                f"tensor reaches no wrapper"
+            )
             continue
         weight = module.module.weight.detach()
         if tuple(weight.shape) != tuple(expected.shape):
             if weight.numel() != expected.numel() or weight.shape[0] != expected.shape[0]:
-                result.fail(f"{name}: wrapper weight shape {tuple(weight.shape)} != algorithm's {tuple(expected.shape)}")
+                result.fail(
+                    f"{name}: wrapper weight shape {tuple(weight.shape)} != algorithm's {tuple(expected.shape)}"
+                )
                 continue
             # a wrapper may linearise a convolution (same output channels, inputs flattened)
-            result.notes.append(f"{name}: the wrapper holds the algorithm's weight reshaped "
-                                f"{tuple(expected.shape)} -> {tuple(weight.shape)}")
+            result.notes.append(
+                f"{name}: the wrapper holds the algorithm's weight reshaped "
+                f"{tuple(expected.shape)} -> {tuple(weight.shape)}"
+            )
             expected = expected.reshape(weight.shape)
         factors = _fold_factors(weight, expected)
         moved = (factors - 1.0).abs() > WEIGHT_REL_EQUAL
         # A fold is one constant on some output channels of a matrix (an attention scale in
         # k_proj, or in the K rows of a fused qkv); any other rescaling is a different weight.
-        folded = bool(moved.any()) and weight.dim() >= 2 and bool(
-            ((factors[moved] - factors[moved][0]).abs() <= WEIGHT_REL_EQUAL * factors[moved][0].abs()).all())
+        folded = (
+            bool(moved.any())
+            and weight.dim() >= 2
+            and bool(((factors[moved] - factors[moved][0]).abs() <= WEIGHT_REL_EQUAL * factors[moved][0].abs()).all())
+        )
         shape = (-1,) + (1,) * (weight.dim() - 1)
         target = (expected.double() * factors.reshape(shape)).to(expected.dtype) if folded else expected
         rel = float((weight - target).abs().max() / target.abs().max().clamp(min=1e-30))
@@ -146,11 +164,15 @@ def run(pipeline) -> CheckResult:
         compared += 1
         if folded:
             rows_folded = int(moved.sum())
-            result.notes.append(f"{name}: the wrapper holds the algorithm's weight with {rows_folded} of "
-                                f"{factors.numel()} output channels folded by {', '.join(f'{f:g}' for f in distinct if f != 1.0)}")
+            result.notes.append(
+                f"{name}: the wrapper holds the algorithm's weight with {rows_folded} of "
+                f"{factors.numel()} output channels folded by {', '.join(f'{f:g}' for f in distinct if f != 1.0)}"
+            )
         if rel > WEIGHT_REL_EQUAL:
-            result.fail(f"{name}: the wrapper's weight is not the algorithm's: max |diff| {rel:.3g} of max |weight| "
-                        f"(allowed {WEIGHT_REL_EQUAL:g})")
+            result.fail(
+                f"{name}: the wrapper's weight is not the algorithm's: max |diff| {rel:.3g} of max |weight| "
+                f"(allowed {WEIGHT_REL_EQUAL:g})"
+            )
             continue
         observer = module.get_observer("weight")
         if observer is None:
@@ -161,14 +183,20 @@ def run(pipeline) -> CheckResult:
         grid = record.grids.get(name)
         if grid is not None:
             want_scale = (grid.scale.double() * factors).to(grid.scale.dtype) if folded else grid.scale
-            scale_rel = float(((_broadcast(scale, want_scale) - want_scale).abs() / want_scale).max()) \
-                if scale.numel() in (1, want_scale.numel()) else float("inf")
+            scale_rel = (
+                float(((_broadcast(scale, want_scale) - want_scale).abs() / want_scale).max())
+                if scale.numel() in (1, want_scale.numel())
+                else float("inf")
+            )
             zp_equal = zero_point.numel() in (1, grid.zero_point.numel()) and bool(
-                (zero_point.reshape(-1).to(torch.int64) == grid.zero_point.to(torch.int64)).all())
+                (zero_point.reshape(-1).to(torch.int64) == grid.zero_point.to(torch.int64)).all()
+            )
             row.update({"scale_max_rel_diff": scale_rel, "zero_points_equal": zp_equal})
             if scale_rel > SCALE_REL_EQUAL or not zp_equal:
-                result.fail(f"{name}: the weight observer does not apply the algorithm's qparams: scale max rel diff "
-                            f"{scale_rel:.3g}, zero points {'equal' if zp_equal else 'differ'}")
+                result.fail(
+                    f"{name}: the weight observer does not apply the algorithm's qparams: scale max rel diff "
+                    f"{scale_rel:.3g}, zero points {'equal' if zp_equal else 'differ'}"
+                )
             want_codes = grid.codes(expected).reshape(weight.shape)
             want_scale_c, want_zp_c = want_scale, grid.zero_point
         else:
@@ -181,18 +209,25 @@ def run(pipeline) -> CheckResult:
         code_mismatches += mismatched
         row["code_mismatches"] = mismatched
         if mismatched > settings.max_code_mismatches:
-            result.fail(f"{name}: QUANT fake-quant gives {mismatched} of {want_codes.numel()} integer codes other than "
-                        f"the algorithm's")
+            result.fail(
+                f"{name}: QUANT fake-quant gives {mismatched} of {want_codes.numel()} integer codes other than "
+                f"the algorithm's"
+            )
         if circle_binary is not None:
-            ok, where = _circle_match(_circle_constants(circle_binary, tuple(weight.shape)), want_codes,
-                                      want_scale_c, want_zp_c)
+            ok, where = _circle_match(
+                _circle_constants(circle_binary, tuple(weight.shape)), want_codes, want_scale_c, want_zp_c
+            )
             row["circle"] = where
             circle_checked += 1
             if not ok:
-                result.fail(f"{name}: the Circle model holds no constant with the algorithm's codes and qparams ({where})")
+                result.fail(
+                    f"{name}: the Circle model holds no constant with the algorithm's codes and qparams ({where})"
+                )
     if compared == 0:
         result.fail("the algorithm record names no tensor the wrapper tree holds: nothing was compared")
-    result.metrics.update({"handed_over": compared, "code_mismatches": code_mismatches, "circle_checked": circle_checked})
+    result.metrics.update(
+        {"handed_over": compared, "code_mismatches": code_mismatches, "circle_checked": circle_checked}
+    )
     result.evidence.update({"tensors": rows, "algorithm": pipeline.case.algorithm.name, "facts": record.facts})
     return result
 
@@ -203,8 +238,10 @@ CHECK = Check(
     applies=requires_capability("algorithm"),
     description=__doc__.splitlines()[0],
     settings=Settings,
-    metrics=(Metric("handed_over", better=None, label="tensors handed over"),
-             Metric("code_mismatches", better="lower", limit="max_code_mismatches", label="codes not the algorithm's"),
-             Metric("circle_checked", better=None, label="weights found in Circle")),
+    metrics=(
+        Metric("handed_over", better=None, label="tensors handed over"),
+        Metric("code_mismatches", better="lower", limit="max_code_mismatches", label="codes not the algorithm's"),
+        Metric("circle_checked", better=None, label="weights found in Circle"),
+    ),
     report=EVIDENCE_DETAILS,
 )

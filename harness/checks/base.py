@@ -66,8 +66,9 @@ class RegressionPolicy:
     def __post_init__(self) -> None:
         for name in ("margin", "noise_k", "abs_floor"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0
-                                      or not math.isfinite(value)):
+            if value is not None and (
+                not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or not math.isfinite(value)
+            ):
                 raise ValueError(f"regression policy: {name} must be a finite number >= 0, got {value!r}")
 
     def describe(self) -> dict[str, Any]:
@@ -113,10 +114,18 @@ class Metric:
         return fnmatch.fnmatchcase(key.split("[")[0], self.name)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "better": self.better, "unit": self.unit, "label": self.label or self.name,
-                "limit": self.limit, "headline": self.headline, "floor": self.floor,
-                "limit_fallback": self.limit_fallback, "counts": self.counts,
-                "regression": self.regression.describe()}
+        return {
+            "name": self.name,
+            "better": self.better,
+            "unit": self.unit,
+            "label": self.label or self.name,
+            "limit": self.limit,
+            "headline": self.headline,
+            "floor": self.floor,
+            "limit_fallback": self.limit_fallback,
+            "counts": self.counts,
+            "regression": self.regression.describe(),
+        }
 
 
 @dataclass(frozen=True)
@@ -140,29 +149,37 @@ class Check:
     report: str | None = None
 
     def __post_init__(self) -> None:
-        if self.settings is not None and not (dataclasses.is_dataclass(self.settings) and isinstance(self.settings, type)):
+        if self.settings is not None and not (
+            dataclasses.is_dataclass(self.settings) and isinstance(self.settings, type)
+        ):
             raise TypeError(f"check {self.name!r}: settings must be a dataclass type, got {self.settings!r}")
         if self.settings is not None:
-            missing = [f.name for f in dataclasses.fields(self.settings)
-                       if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+            missing = [
+                f.name
+                for f in dataclasses.fields(self.settings)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            ]
             if missing:
                 raise TypeError(f"check {self.name!r}: every settings field needs a default ({', '.join(missing)})")
         names = {f.name for f in dataclasses.fields(self.settings)} if self.settings is not None else set()
         for metric in self.metrics:
             for field_name in (metric.limit, metric.limit_fallback):
                 if field_name is not None and field_name not in names:
-                    raise TypeError(f"check {self.name!r}: metric {metric.name!r} is gated by {field_name!r}, "
-                                    f"which is no field of its settings")
+                    raise TypeError(
+                        f"check {self.name!r}: metric {metric.name!r} is gated by {field_name!r}, "
+                        f"which is no field of its settings"
+                    )
 
     def describe(self) -> dict[str, Any]:
         """What results.json carries about the check, so reports need no registry."""
-        return {"description": self.description, "metrics": [m.describe() for m in self.metrics],
-                "report": self.report}
+        return {"description": self.description, "metrics": [m.describe() for m in self.metrics], "report": self.report}
 
 
 # A report fragment for checks whose evidence is best read as it is.
-EVIDENCE_DETAILS = ("{% if rec.get('evidence') %}<details><summary>evidence</summary><pre>{{ rec.evidence | tojson_pretty }}"
-                    "</pre></details>{% endif %}")
+EVIDENCE_DETAILS = (
+    "{% if rec.get('evidence') %}<details><summary>evidence</summary><pre>{{ rec.evidence | tojson_pretty }}"
+    "</pre></details>{% endif %}"
+)
 
 
 def requires_capability(capability: str) -> Callable[[Case], str | None]:

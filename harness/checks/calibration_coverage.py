@@ -56,10 +56,13 @@ def run(pipeline) -> CheckResult:
         if not any(fnmatch.fnmatchcase(path, pattern) for path in inventory):
             result.fail(f"unused_observers entry {pattern!r} matches no observer of the wrapper tree (stale allowlist)")
     if float_by_policy:
-        result.notes.append(f"{len(float_by_policy)} IdentityObserver(s) keep their value float by policy: "
-                            f"{', '.join(float_by_policy[:4])}{', ...' if len(float_by_policy) > 4 else ''}")
-    result.metrics.update({"observers": len(inventory), "unused_allowlisted": len(allowed),
-                           "float_by_policy": len(float_by_policy)})
+        result.notes.append(
+            f"{len(float_by_policy)} IdentityObserver(s) keep their value float by policy: "
+            f"{', '.join(float_by_policy[:4])}{', ...' if len(float_by_policy) > 4 else ''}"
+        )
+    result.metrics.update(
+        {"observers": len(inventory), "unused_allowlisted": len(allowed), "float_by_policy": len(float_by_policy)}
+    )
     result.evidence.update({"observers": inventory, "allowlisted": allowed})
     return result
 

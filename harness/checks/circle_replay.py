@@ -13,8 +13,9 @@ import torch
 
 from harness import compat
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
+from harness.circle_alignment import aligned_to_circle
 from harness.metrics import as_float, nonfinite_summary
-from harness.qparam_consistency import aligned_to_circle, describe_requantized
+from harness.qparam_requantized import describe_requantized
 
 # The Circle runtime computes the same graph with its own float kernels (numpy), torch with
 # others: at any fake-quant an element near a rounding boundary can land on the adjacent level,
@@ -36,8 +37,10 @@ MEAN_STEPS_FLOOR = 0.1
 # tico's CircleReferenceRuntime refuses NATIVE execution of ops whose integer arithmetic is
 # backend-defined (FULLY_CONNECTED, RMS_NORM, CONV_2D, ... on tico 0.3.0): not applicable by its
 # design. Any other exception in NATIVE replay is a failure.
-NATIVE_BY_DESIGN = re.compile(r"on integer quantized tensors has backend-defined integer arithmetic and is not "
-                              r"executed in NATIVE mode")
+NATIVE_BY_DESIGN = re.compile(
+    r"on integer quantized tensors has backend-defined integer arithmetic and is not "
+    r"executed in NATIVE mode"
+)
 
 
 @dataclass(frozen=True)
@@ -65,33 +68,53 @@ def _aligned_torch_outputs(pipeline, result: CheckResult) -> list | None:
     audit = pipeline.circle.audit
     requantized = getattr(audit, "requantized", [])
     name = pipeline.export_sample_name
-    twin, why = aligned_to_circle(pipeline.export_adapter("quant", name), audit.applied, audit.overwritten,
-                                  requantized, getattr(audit, "redundant", []),
-                                  inputs=pipeline.circle.input_quantization,
-                                  biases=getattr(audit, "quantized_biases", []))
+    twin, why = aligned_to_circle(
+        pipeline.export_adapter("quant", name),
+        audit.applied,
+        audit.overwritten,
+        requantized,
+        getattr(audit, "redundant", []),
+        inputs=pipeline.circle.input_quantization,
+        biases=getattr(audit, "quantized_biases", []),
+    )
     if twin is None:
-        result.notes.append("torch could not be aligned to the Circle model's qparams, so the gap is gated as "
-                            "exported: " + "; ".join(why))
+        result.notes.append(
+            "torch could not be aligned to the Circle model's qparams, so the gap is gated as "
+            "exported: " + "; ".join(why)
+        )
         return None
     try:
         with torch.no_grad():
             leaves, _ = compat.tree_flatten(twin(*pipeline.case.export.args(pipeline.sample(name))))
     except RuntimeError as exc:
-        result.notes.append(f"torch could not be aligned to the values Circle requantizes ({exc}), so the gap is "
-                            f"gated as exported")
+        result.notes.append(
+            f"torch could not be aligned to the values Circle requantizes ({exc}), so the gap is gated as exported"
+        )
         return None
     for record in requantized:
         result.notes.append("aligned copy requantizes as Circle does: " + describe_requantized(record))
     biases = getattr(audit, "quantized_biases", [])
     if biases:
-        result.notes.append(f"aligned copy adds {len(biases)} bias(es) as Circle holds them: tico's QuantizeBias wrote "
-                            f"them as integers in steps of input scale x weight scale, which the runtime dequantizes "
-                            f"({', '.join(record['parameter'] for record in biases[:3])}{', ...' if len(biases) > 3 else ''})")
+        result.notes.append(
+            f"aligned copy adds {len(biases)} bias(es) as Circle holds them: tico's QuantizeBias wrote "
+            f"them as integers in steps of input scale x weight scale, which the runtime dequantizes "
+            f"({', '.join(record['parameter'] for record in biases[:3])}{', ...' if len(biases) > 3 else ''})"
+        )
     return [leaf.detach() for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 
-def _steps(result: CheckResult, pipeline, mode: str, label: str, torch_outs: list, max_steps, mean_steps,
-           extra_limits: tuple | None = None, tag_prefix: str = "", gated: bool = True) -> None:
+def _steps(
+    result: CheckResult,
+    pipeline,
+    mode: str,
+    label: str,
+    torch_outs: list,
+    max_steps,
+    mean_steps,
+    extra_limits: tuple | None = None,
+    tag_prefix: str = "",
+    gated: bool = True,
+) -> None:
     """Every Circle output against the torch output it corresponds to, each in steps of its own
     serialized output scale. Output 0 keeps the plain metric names; further outputs (e.g. the
     K/V a decoder layer also returns) are suffixed with their index."""
@@ -109,9 +132,13 @@ def _steps(result: CheckResult, pipeline, mode: str, label: str, torch_outs: lis
         scales = all_scales[index] if index < len(all_scales) else ()
         if len(scales) == 1 and scales[0] > 0:
             step = scales[0]
-            metrics.update({f"{mode}{tag}_max_steps": float(diff.max()) / step,
-                            f"{mode}{tag}_mean_steps": float(diff.mean()) / step,
-                            f"output{tag}_scale": step})
+            metrics.update(
+                {
+                    f"{mode}{tag}_max_steps": float(diff.max()) / step,
+                    f"{mode}{tag}_mean_steps": float(diff.mean()) / step,
+                    f"output{tag}_scale": step,
+                }
+            )
             limit_max, limit_mean = max_steps, mean_steps
             if index > 0 and extra_limits is not None:
                 limit_max = extra_limits[0] if extra_limits[0] is not None else max_steps
@@ -121,10 +148,15 @@ def _steps(result: CheckResult, pipeline, mode: str, label: str, torch_outs: lis
             if gated:
                 result.gate(f"{where} max |diff| in steps", metrics[f"{mode}{tag}_max_steps"], limit_max)
                 if limit_mean is not None or mode == "fake_quantize":
-                    result.gate(f"{where} mean |diff| in steps", metrics[f"{mode}{tag}_mean_steps"],
-                                None if limit_mean is None else limit_mean + STEP_SLACK)
+                    result.gate(
+                        f"{where} mean |diff| in steps",
+                        metrics[f"{mode}{tag}_mean_steps"],
+                        None if limit_mean is None else limit_mean + STEP_SLACK,
+                    )
         elif gated:
-            result.fail(f"{where}: output tensor has no per-tensor scale ({len(scales)} scales), cannot express in steps")
+            result.fail(
+                f"{where}: output tensor has no per-tensor scale ({len(scales)} scales), cannot express in steps"
+            )
         result.metrics.update(metrics)
     result.metrics["circle_outputs"] = len(circle_outs)
 
@@ -139,12 +171,22 @@ def _float_slack_steps(circle_out, torch_out, step: float) -> float:
 def _worst_steps(metrics: dict, first: str, further_prefix: str) -> float:
     """The largest max-steps over every output (output 0 is ``first``, the others start with
     ``further_prefix`` and end with ``_max_steps``)."""
-    values = [v for k, v in metrics.items() if k == first or (k.startswith(further_prefix) and k.endswith("_max_steps"))]
+    values = [
+        v for k, v in metrics.items() if k == first or (k.startswith(further_prefix) and k.endswith("_max_steps"))
+    ]
     return max(values, default=0.0)
 
 
-def _replay(result: CheckResult, pipeline, mode: str, label: str, aligned: list | None, max_steps, mean_steps,
-            extra_limits: tuple | None = None) -> None:
+def _replay(
+    result: CheckResult,
+    pipeline,
+    mode: str,
+    label: str,
+    aligned: list | None,
+    max_steps,
+    mean_steps,
+    extra_limits: tuple | None = None,
+) -> None:
     """Gate the Circle output against torch aligned to Circle's qparams when tico replaced some
     (the gap to torch as exported is then recorded as ``*_as_exported_*`` metrics, its cause
     named by qparam_consistency), else against torch as exported."""
@@ -159,9 +201,11 @@ def _replay(result: CheckResult, pipeline, mode: str, label: str, aligned: list 
     as_aligned = _worst_steps(probe.metrics, f"{mode}_aligned_max_steps", f"{mode}_aligned_out")
     if as_aligned > as_exported:
         # Aligning made it worse: the replaced qparams do not explain this gap; gate as exported.
-        result.notes.append(f"{label}: torch aligned to the Circle model's qparams differs by up to "
-                            f"{as_aligned:.3g} steps, torch as exported by {as_exported:.3g}: the replaced "
-                            f"qparams do not explain the gap, so it is gated as exported")
+        result.notes.append(
+            f"{label}: torch aligned to the Circle model's qparams differs by up to "
+            f"{as_aligned:.3g} steps, torch as exported by {as_exported:.3g}: the replaced "
+            f"qparams do not explain the gap, so it is gated as exported"
+        )
         _steps(result, pipeline, mode, label, exported, max_steps, mean_steps, extra_limits)
         return
     _steps(result, pipeline, mode, label, exported, max_steps, mean_steps, extra_limits, "_as_exported", gated=False)
@@ -173,7 +217,8 @@ def _replay(result: CheckResult, pipeline, mode: str, label: str, aligned: list 
             f"gated against torch computing as the Circle model does (its qparams at "
             f"{len(pipeline.circle.audit.overwritten)} overwritten tensor(s), which qparam_consistency names; its "
             f"rounding, kernels, inputs and biases); against torch as exported: max "
-            f"{result.metrics.get('fake_quantize_as_exported_max_steps', float('nan')):.3g} steps")
+            f"{result.metrics.get('fake_quantize_as_exported_max_steps', float('nan')):.3g} steps"
+        )
 
 
 def run(pipeline) -> CheckResult:
@@ -187,8 +232,16 @@ def run(pipeline) -> CheckResult:
     result.evidence["limits_source"] = pipeline.case.limits_source(pipeline.profile)
     result.notes += artifact.notes
     aligned = _aligned_torch_outputs(pipeline, result)
-    _replay(result, pipeline, "fake_quantize", "FAKE_QUANTIZE", aligned, th.max_steps, th.mean_steps,
-            (th.extra_max_steps, th.extra_mean_steps))
+    _replay(
+        result,
+        pipeline,
+        "fake_quantize",
+        "FAKE_QUANTIZE",
+        aligned,
+        th.max_steps,
+        th.mean_steps,
+        (th.extra_max_steps, th.extra_mean_steps),
+    )
     try:
         pipeline.circle_outputs("native")
     except Exception as exc:  # noqa: BLE001 - sorted below: by-design refusal vs failure
@@ -197,8 +250,10 @@ def run(pipeline) -> CheckResult:
         result.metrics["native_supported"] = False
         result.evidence["native"] = cause
         if NATIVE_BY_DESIGN.search(cause):
-            result.notes.append(f"NATIVE replay not applicable: tico's reference runtime does not execute this "
-                                f"graph in NATIVE mode by design: {cause}")
+            result.notes.append(
+                f"NATIVE replay not applicable: tico's reference runtime does not execute this "
+                f"graph in NATIVE mode by design: {cause}"
+            )
         else:
             result.fail(f"NATIVE replay failed: {cause}")
     else:
@@ -224,13 +279,16 @@ def _say_where_the_gap_runs(result: CheckResult, pipeline) -> None:
         return
     result.evidence["deployed_sites"] = [[s.path, s.max_steps_off, s.mean_steps_off] for s in deployed.sites[:10]]
     if deployed.closing:
-        result.notes.append(f"where the gap runs: switching off alone in torch any of {', '.join(deployed.closing)} "
-                            f"closes the FAKE_QUANTIZE gap as exported ({deployed.max_steps:.3g} steps) to <= 1 step")
+        result.notes.append(
+            f"where the gap runs: switching off alone in torch any of {', '.join(deployed.closing)} "
+            f"closes the FAKE_QUANTIZE gap as exported ({deployed.max_steps:.3g} steps) to <= 1 step"
+        )
     else:
         best = deployed.sites[0] if deployed.sites else None
-        result.notes.append("where the gap runs: no single fake-quant switched off in torch closes it"
-                            + (f" (best: {best.path}, {best.max_steps_off:.3g} steps left of {deployed.max_steps:.3g})"
-                               if best else ""))
+        result.notes.append(
+            "where the gap runs: no single fake-quant switched off in torch closes it"
+            + (f" (best: {best.path}, {best.max_steps_off:.3g} steps left of {deployed.max_steps:.3g})" if best else "")
+        )
 
 
 CHECK = Check(
@@ -240,23 +298,50 @@ CHECK = Check(
     description=__doc__.splitlines()[0],
     settings=Settings,
     metrics=(
-        Metric("fake_quantize_max_steps", unit="steps", label="Circle steps", limit="max_steps", headline=True,
-               floor=ROUNDING_FLIP_STEPS, counts=True),
-        Metric("fake_quantize_mean_steps", unit="steps", label="Circle mean steps", limit="mean_steps",
-               floor=MEAN_STEPS_FLOOR),
-        Metric("fake_quantize_out*_max_steps", unit="steps", label="Circle extra-output steps", limit="extra_max_steps",
-               floor=ROUNDING_FLIP_STEPS, limit_fallback="max_steps", counts=True),
-        Metric("fake_quantize_out*_mean_steps", unit="steps", label="Circle extra-output mean steps",
-               limit="extra_mean_steps", floor=MEAN_STEPS_FLOOR, limit_fallback="mean_steps"),
+        Metric(
+            "fake_quantize_max_steps",
+            unit="steps",
+            label="Circle steps",
+            limit="max_steps",
+            headline=True,
+            floor=ROUNDING_FLIP_STEPS,
+            counts=True,
+        ),
+        Metric(
+            "fake_quantize_mean_steps",
+            unit="steps",
+            label="Circle mean steps",
+            limit="mean_steps",
+            floor=MEAN_STEPS_FLOOR,
+        ),
+        Metric(
+            "fake_quantize_out*_max_steps",
+            unit="steps",
+            label="Circle extra-output steps",
+            limit="extra_max_steps",
+            floor=ROUNDING_FLIP_STEPS,
+            limit_fallback="max_steps",
+            counts=True,
+        ),
+        Metric(
+            "fake_quantize_out*_mean_steps",
+            unit="steps",
+            label="Circle extra-output mean steps",
+            limit="extra_mean_steps",
+            floor=MEAN_STEPS_FLOOR,
+            limit_fallback="mean_steps",
+        ),
         Metric("fake_quantize_max_abs_diff", label="Circle max |diff|"),
         Metric("fake_quantize_as_exported_max_steps", better=None, unit="steps", label="Circle steps as exported"),
         Metric("native_max_steps", unit="steps", label="NATIVE steps", limit="native_max_steps", counts=True),
     ),
     report="""{% set m = rec.get("metrics") or {} %}{% set t = rec.get("settings") or {} %}
 {% if m %}<table class="limits"><tr><th>Circle vs torch</th><th>value</th><th>limit</th></tr>
-<tr><td>max / mean steps</td><td>{{ m.get("fake_quantize_max_steps") | num }} / {{ m.get("fake_quantize_mean_steps") | num }}</td>
+<tr><td>max / mean steps</td><td>{{ m.get("fake_quantize_max_steps") | num }} / {{
+m.get("fake_quantize_mean_steps") | num }}</td>
 <td>&le; {{ t.get("max_steps") | num }} / {{ t.get("mean_steps") | num }}</td></tr>
 {% if m.get("fake_quantize_as_exported_max_steps") is not none %}<tr><td>max steps as exported</td>
-<td>{{ m.get("fake_quantize_as_exported_max_steps") | num }}</td><td class="muted">not gated (see qparam_consistency)</td></tr>{% endif %}
+<td>{{ m.get("fake_quantize_as_exported_max_steps") | num }}</td><td class="muted">not gated (see
+qparam_consistency)</td></tr>{% endif %}
 </table>{% endif %}""",
 )

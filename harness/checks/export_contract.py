@@ -74,4 +74,6 @@ def run(pipeline) -> CheckResult:
     return result
 
 
-CHECK = Check(name="export_contract", run=run, applies=requires_capability("export"), description=__doc__.splitlines()[0])
+CHECK = Check(
+    name="export_contract", run=run, applies=requires_capability("export"), description=__doc__.splitlines()[0]
+)

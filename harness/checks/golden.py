@@ -25,13 +25,16 @@ def run(pipeline) -> CheckResult:
     if pipeline.case.export is not None and not any(k.startswith("export_output.") for k in current):
         result.notes.append("export output not pinned: the export adapter does not run (see dynamic_vs_export)")
     if settings.update_golden:
-        rewrite = golden.classify_rewrite(settings.golden_dir, case, profile, nodeid, current, current_hash,
-                                          pipeline.check_settings(CHECK))
+        rewrite = golden.classify_rewrite(
+            settings.golden_dir, case, profile, nodeid, current, current_hash, pipeline.check_settings(CHECK)
+        )
         manifest = golden.stage(pipeline, settings.golden_staging_dir, collected)
         result.metrics["tensors"] = len(manifest["tensors"])
         result.evidence["rewrite"] = {"kind": rewrite.kind, "detail": rewrite.detail}
-        message = (f"golden for {case}[{profile}] rewritten at the end of the run ({rewrite.kind}: {rewrite.detail}); "
-                   f"review the diff of {settings.golden_dir.name}/{case}.{profile}.* before committing it")
+        message = (
+            f"golden for {case}[{profile}] rewritten at the end of the run ({rewrite.kind}: {rewrite.detail}); "
+            f"review the diff of {settings.golden_dir.name}/{case}.{profile}.* before committing it"
+        )
         if settings.update_golden == "fail" and rewrite.kind in ("new", "changed"):
             result.fail(message + " (--update-golden=fail: a rewrite never passes)")
         else:
@@ -46,8 +49,10 @@ def run(pipeline) -> CheckResult:
             source_dir, against = base.golden_dir, f" [compared with the {base.label}]"
             result.evidence["compared_with"] = base.label
         else:
-            result.notes.append(f"the base run kept no golden for {case}[{profile}] (it did not reach the golden "
-                                f"check): compared with the committed golden")
+            result.notes.append(
+                f"the base run kept no golden for {case}[{profile}] (it did not reach the golden "
+                f"check): compared with the committed golden"
+            )
     try:
         manifest, stored = golden.load(source_dir, case, profile, nodeid)
     except golden.GoldenError as exc:
@@ -81,15 +86,22 @@ def run(pipeline) -> CheckResult:
     measured = measured_cases.get(case, {})
     # a case on record with no entries was measured: none of its outputs is gated by err_ratio
     if case not in measured_cases:
-        result.notes.append(f"no measured platform noise for {case} in {settings.golden_dir}/noise.json: quantized "
-                            f"outputs held to the unmeasured limit; measure with scripts/golden_noise.py")
+        result.notes.append(
+            f"no measured platform noise for {case} in {settings.golden_dir}/noise.json: quantized "
+            f"outputs held to the unmeasured limit; measure with scripts/golden_noise.py"
+        )
     evidence, problems = golden.compare(stored, current, manifest, pipeline.check_settings(CHECK), measured)
     result.evidence.update(evidence)
     where = f" [golden written on another platform: {'; '.join(platform)}]" if problems and platform else ""
     for problem in problems:
         result.fail(problem + context + where)
-    result.metrics.update({"tensors": len(stored), "drifted": len(problems),
-                           "worst_score": max((e.get("score", 0.0) for e in evidence.values()), default=0.0)})
+    result.metrics.update(
+        {
+            "tensors": len(stored),
+            "drifted": len(problems),
+            "worst_score": max((e.get("score", 0.0) for e in evidence.values()), default=0.0),
+        }
+    )
     return result
 
 
@@ -97,10 +109,15 @@ def applies_to_profile(case, profile: str) -> str | None:
     if profile in case.golden_profiles:
         return None
     if getattr(case, "variant", None) is not None:
-        return (f"not applicable: sweep variant {case.variant.label} of {case.name!r} is gated by its checks' limits; "
-                f"goldens are kept for the case as declared")
-    kept = f"keeps goldens for profile(s) {', '.join(case.golden_profiles)} only" if case.golden_profiles else \
-        "keeps no goldens"
+        return (
+            f"not applicable: sweep variant {case.variant.label} of {case.name!r} is gated by its checks' limits; "
+            f"goldens are kept for the case as declared"
+        )
+    kept = (
+        f"keeps goldens for profile(s) {', '.join(case.golden_profiles)} only"
+        if case.golden_profiles
+        else "keeps no goldens"
+    )
     return f"not applicable: {case.name!r} {kept}; the {profile} profile is gated by its thresholds"
 
 
@@ -115,5 +132,6 @@ CHECK = Check(
         Metric("worst_score", label="golden score (1 = at the limit)"),
         Metric("tensors", better=None, label="golden tensors"),
     ),
-    report="""{% if rec.get("evidence") %}<details><summary>golden drift details</summary><pre>{{ rec.evidence | tojson_pretty }}</pre></details>{% endif %}""",
+    report="""{% if rec.get("evidence") %}<details><summary>golden drift details</summary><pre>{{ rec.evidence "
+    "| tojson_pretty }}</pre></details>{% endif %}""",
 )

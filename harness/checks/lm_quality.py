@@ -41,8 +41,9 @@ def _positions(ids: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
     return valid[:, :-1] & valid[:, 1:]
 
 
-def sample_stats(ref_logits: torch.Tensor, quant_logits: torch.Tensor, ids: torch.Tensor,
-                 valid: torch.Tensor | None) -> dict[str, float]:
+def sample_stats(
+    ref_logits: torch.Tensor, quant_logits: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor | None
+) -> dict[str, float]:
     """Sums over the sample's predicting positions (pooled later)."""
     keep = _positions(ids, valid)
     targets = ids[:, 1:][keep]
@@ -55,17 +56,29 @@ def sample_stats(ref_logits: torch.Tensor, quant_logits: torch.Tensor, ids: torc
     nll_quant = -quant.gather(-1, targets[:, None]).squeeze(-1)
     kl = (ref.exp() * (ref - quant)).sum(-1)
     agree = (ref.argmax(-1) == quant.argmax(-1)).double()
-    return {"n": n, "nll_float": float(nll_ref.sum()), "nll_quant": float(nll_quant.sum()),
-            "kl": float(kl.sum()), "agree": float(agree.sum()), "kl_max": float(kl.max())}
+    return {
+        "n": n,
+        "nll_float": float(nll_ref.sum()),
+        "nll_quant": float(nll_quant.sum()),
+        "kl": float(kl.sum()),
+        "agree": float(agree.sum()),
+        "kl_max": float(kl.max()),
+    }
 
 
 def _metrics(stats: dict[str, float]) -> dict[str, float]:
     n = stats["n"]
     ppl_float = math.exp(stats["nll_float"] / n)
     ppl_quant = math.exp(stats["nll_quant"] / n)
-    return {"ppl_float": ppl_float, "ppl_quant": ppl_quant, "ppl_ratio": ppl_quant / ppl_float,
-            "top1_agreement": stats["agree"] / n, "kl_divergence": stats["kl"] / n,
-            "kl_divergence_max": stats["kl_max"], "predicted_tokens": n}
+    return {
+        "ppl_float": ppl_float,
+        "ppl_quant": ppl_quant,
+        "ppl_ratio": ppl_quant / ppl_float,
+        "top1_agreement": stats["agree"] / n,
+        "kl_divergence": stats["kl"] / n,
+        "kl_divergence_max": stats["kl_max"],
+        "predicted_tokens": n,
+    }
 
 
 def run(pipeline) -> CheckResult:
@@ -78,12 +91,16 @@ def run(pipeline) -> CheckResult:
         quant = pipeline.output("quant", name)
         ids = lm.token_ids(sample)
         if ref.shape != quant.shape or ref.dim() != 3 or tuple(ref.shape[:2]) != tuple(ids.shape):
-            result.fail(f"[{name}] logits {tuple(ref.shape)} (quant {tuple(quant.shape)}) do not fit token ids "
-                        f"{tuple(ids.shape)}")
+            result.fail(
+                f"[{name}] logits {tuple(ref.shape)} (quant {tuple(quant.shape)}) do not fit token ids "
+                f"{tuple(ids.shape)}"
+            )
             continue
         if not (torch.isfinite(ref).all() and torch.isfinite(quant).all()):
-            result.fail(f"[{name}] non-finite logits: {int((~torch.isfinite(ref)).sum())} float, "
-                        f"{int((~torch.isfinite(quant)).sum())} quantized")
+            result.fail(
+                f"[{name}] non-finite logits: {int((~torch.isfinite(ref)).sum())} float, "
+                f"{int((~torch.isfinite(quant)).sum())} quantized"
+            )
             continue
         stats = sample_stats(ref, quant, ids, sample.valid_tokens)
         if stats["n"] == 0:
@@ -106,9 +123,11 @@ def run(pipeline) -> CheckResult:
     result.gate("perplexity ratio quant/float", metrics["ppl_ratio"], th.max_ppl_ratio)
     result.gate("top-1 agreement", metrics["top1_agreement"], th.min_top1_agreement, upper=False)
     result.gate("KL(float || quant) nats", metrics["kl_divergence"], th.max_kl_divergence)
-    result.notes.append(f"{metrics['predicted_tokens']} predicted tokens: PPL float {metrics['ppl_float']:.4g}, "
-                        f"quant {metrics['ppl_quant']:.4g}; top-1 agreement {metrics['top1_agreement']:.4f}; "
-                        f"KL {metrics['kl_divergence']:.4g} nats")
+    result.notes.append(
+        f"{metrics['predicted_tokens']} predicted tokens: PPL float {metrics['ppl_float']:.4g}, "
+        f"quant {metrics['ppl_quant']:.4g}; top-1 agreement {metrics['top1_agreement']:.4f}; "
+        f"KL {metrics['kl_divergence']:.4g} nats"
+    )
     return result
 
 
@@ -131,8 +150,11 @@ CHECK = Check(
 <table class="limits"><tr><th>metric</th><th>value</th><th>limit</th></tr>
 <tr><td>PPL float</td><td>{{ m.get("ppl_float") | num }}</td><td class="muted">not gated</td></tr>
 <tr><td>PPL quant</td><td>{{ m.get("ppl_quant") | num }}</td><td class="muted">not gated</td></tr>
-<tr><td>PPL quant / float</td><td>{{ m.get("ppl_ratio") | num }}</td><td>&le; {{ t.get("max_ppl_ratio") | num }}</td></tr>
-<tr><td>top-1 agreement</td><td>{{ m.get("top1_agreement") | num }}</td><td>&ge; {{ t.get("min_top1_agreement") | num }}</td></tr>
-<tr><td>KL(float || quant)</td><td>{{ m.get("kl_divergence") | num }}</td><td>&le; {{ t.get("max_kl_divergence") | num }}</td></tr>
+<tr><td>PPL quant / float</td><td>{{ m.get("ppl_ratio") | num }}</td><td>&le; {{ t.get("max_ppl_ratio") | num
+}}</td></tr>
+<tr><td>top-1 agreement</td><td>{{ m.get("top1_agreement") | num }}</td><td>&ge; {{ t.get("min_top1_agreement")
+| num }}</td></tr>
+<tr><td>KL(float || quant)</td><td>{{ m.get("kl_divergence") | num }}</td><td>&le; {{
+t.get("max_kl_divergence") | num }}</td></tr>
 <tr><td>predicted tokens</td><td>{{ m.get("predicted_tokens") | num }}</td><td></td></tr></table>""",
 )

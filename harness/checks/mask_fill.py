@@ -23,7 +23,9 @@ def _judge(probe, result: CheckResult) -> None:
         result.fail(f"{label}: has {problem}; fill values must be finite")
         return
     pair_valid = allowed[:, None]
-    expected = torch.where(pair_valid, torch.zeros((), dtype=mask.dtype), torch.tensor(probe.fill_value, dtype=mask.dtype))
+    expected = torch.where(
+        pair_valid, torch.zeros((), dtype=mask.dtype), torch.tensor(probe.fill_value, dtype=mask.dtype)
+    )
     wrong = mask != expected
     wrong_valid = int((wrong & pair_valid).sum())
     wrong_padded = int((wrong & ~pair_valid).sum())

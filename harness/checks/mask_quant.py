@@ -32,14 +32,19 @@ def _judge(probe, result: CheckResult) -> None:
     worst_fill = float(masked_values.max())
     result.metrics[f"fill_after_quant[{probe.label}]"] = worst_fill
     if abs(worst_fill - probe.fill_value) > 1e-3 * abs(probe.fill_value):
-        result.fail(f"{label}: fill value {probe.fill_value} became {worst_fill:.6g} after fake-quant (observer clamps it)")
+        result.fail(
+            f"{label}: fill value {probe.fill_value} became {worst_fill:.6g} after fake-quant (observer clamps it)"
+        )
     query_valid = valid[:, None, :, None].expand_as(mask)
     weights = torch.softmax(mask, dim=-1)  # zero logits: the mask alone decides the weights
     leak = weights[masked & query_valid]
     worst = float(leak.max()) if leak.numel() else 0.0
     result.metrics[f"max_masked_weight[{probe.label}]"] = worst
     if worst >= MAX_MASKED_WEIGHT:
-        result.fail(f"{label}: a masked key keeps softmax weight {worst:.3g} (limit {MAX_MASKED_WEIGHT:g}): padding leaks into attention")
+        result.fail(
+            f"{label}: a masked key keeps softmax weight {worst:.3g} (limit {MAX_MASKED_WEIGHT:g}): padding "
+            f"leaks into attention"
+        )
 
 
 def run(pipeline) -> CheckResult:
@@ -52,7 +57,14 @@ def run(pipeline) -> CheckResult:
     return result
 
 
-CHECK = Check(name="mask_quant", run=run, applies=requires_capability("mask"), description=__doc__.splitlines()[0],
-              metrics=(Metric("max_masked_weight", label="max masked softmax weight"),
-                       Metric("fill_after_quant", better=None, label="mask fill after fake-quant")),
-              report=EVIDENCE_DETAILS)
+CHECK = Check(
+    name="mask_quant",
+    run=run,
+    applies=requires_capability("mask"),
+    description=__doc__.splitlines()[0],
+    metrics=(
+        Metric("max_masked_weight", label="max masked softmax weight"),
+        Metric("fill_after_quant", better=None, label="mask fill after fake-quant"),
+    ),
+    report=EVIDENCE_DETAILS,
+)

@@ -66,35 +66,45 @@ def run(pipeline) -> CheckResult:
         out_before = pipeline.case.output(call(fp, sample)).clone()
     fp_param_ids = {id(p) for p in fp.parameters()}
     wrapped = wrap_noquant(pipeline.case, fp, pipeline.ptq_config)
-    diffs = {name: float((now.detach().float() - was.float()).abs().max())
-             for name, (now, was) in originals.items() if now.shape != was.shape or not torch.equal(now, was)}
+    diffs = {
+        name: float((now.detach().float() - was.float()).abs().max())
+        for name, (now, was) in originals.items()
+        if now.shape != was.shape or not torch.equal(now, was)
+    }
     result.metrics["float_tensors_changed"] = len(diffs)
     if diffs:
         result.evidence["changed"] = diffs
-        result.fail(f"wrapping modified {len(diffs)} tensors of the float module in place, e.g. "
-                    + ", ".join(f"{k} (max |diff| {d:.3g})" for k, d in list(diffs.items())[:3]))
+        result.fail(
+            f"wrapping modified {len(diffs)} tensors of the float module in place, e.g. "
+            + ", ".join(f"{k} (max |diff| {d:.3g})" for k, d in list(diffs.items())[:3])
+        )
     if pipeline.case.wrap is None:
         with torch.no_grad():
             out_after = pipeline.case.output(call(fp, sample))
         if not torch.equal(out_before, out_after):
-            result.fail(f"the float module's own output changed after wrapping (max |diff| "
-                        f"{float((out_before - out_after).abs().max()):.3g})")
+            result.fail(
+                f"the float module's own output changed after wrapping (max |diff| "
+                f"{float((out_before - out_after).abs().max()):.3g})"
+            )
     else:
         result.notes.append("output not re-run: the case wraps children in place, so the root now runs the wrappers")
     new = [n for n, p in wrapped.named_parameters() if id(p) not in fp_param_ids]
     result.metrics["parameters_added"] = len(new)
-    result.metrics["trainable_parameters_added"] = sum(1 for n, p in wrapped.named_parameters()
-                                                       if id(p) not in fp_param_ids and p.requires_grad)
+    result.metrics["trainable_parameters_added"] = sum(
+        1 for n, p in wrapped.named_parameters() if id(p) not in fp_param_ids and p.requires_grad
+    )
     result.evidence["parameters_added"] = new
     if new:
-        result.notes.append(f"the wrapper creates {len(new)} parameters of its own (e.g. folded or reshaped weights): "
-                            f"{new[:5]}")
+        result.notes.append(
+            f"the wrapper creates {len(new)} parameters of its own (e.g. folded or reshaped weights): {new[:5]}"
+        )
     duplicates = _duplicates(wrapped)
     result.metrics["duplicate_tensors"] = len(duplicates)
     result.evidence["duplicates"] = [{"copy": c, "original": o} for c, o in duplicates]
     for copy_name, original in duplicates:
-        result.fail(f"the wrapper tree holds {copy_name}, a copy of {original} with the same contents "
-                    f"(memory held twice)")
+        result.fail(
+            f"the wrapper tree holds {copy_name}, a copy of {original} with the same contents (memory held twice)"
+        )
     return result
 
 

@@ -37,6 +37,11 @@ def run(pipeline) -> CheckResult:
     return result
 
 
-CHECK = Check(name="noquant_parity", run=run, description=__doc__.splitlines()[0], settings=Settings,
-              report=EVIDENCE_DETAILS,
-              metrics=(Metric("max_abs_diff", label="NO_QUANT max |diff|"),))
+CHECK = Check(
+    name="noquant_parity",
+    run=run,
+    description=__doc__.splitlines()[0],
+    settings=Settings,
+    report=EVIDENCE_DETAILS,
+    metrics=(Metric("max_abs_diff", label="NO_QUANT max |diff|"),),
+)

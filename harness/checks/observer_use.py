@@ -1,5 +1,6 @@
 """Every observer of the wrapper tree is fed statistics at least once during calibration
-(enable_calibration, the case's calibration inputs, freeze_qparams), and every calibrated observer is applied (its fake-quant runs) in QUANT
+(enable_calibration, the case's calibration inputs, freeze_qparams), and every calibrated observer is applied
+(its fake-quant runs) in QUANT
 mode on the evaluation input. The inventory is reported; unused-by-design observers need a
 reason in the case, and a declared observer count is enforced."""
 
@@ -11,7 +12,7 @@ from typing import Iterator
 import torch
 
 from harness.checks.base import Check, CheckResult
-from harness.lifecycle_ops import enable_calibration, freeze_qparams, wrap_noquant, unwrap
+from harness.lifecycle_ops import enable_calibration, freeze_qparams, unwrap, wrap_noquant
 
 
 @contextmanager
@@ -49,8 +50,11 @@ def _by_path(root, counts: dict[int, int]) -> dict[str, int]:
     from tico.quantization.wrapq.observers.base import ObserverBase
     from tico.quantization.wrapq.observers.identity import IdentityObserver
 
-    return {path: counts.get(id(m), 0) for path, m in root.named_modules()
-            if isinstance(m, ObserverBase) and not isinstance(m, IdentityObserver)}
+    return {
+        path: counts.get(id(m), 0)
+        for path, m in root.named_modules()
+        if isinstance(m, ObserverBase) and not isinstance(m, IdentityObserver)
+    }
 
 
 def run(pipeline) -> CheckResult:
@@ -85,8 +89,10 @@ def run(pipeline) -> CheckResult:
     never_applied = [p for p, n in applied.items() if n == 0 and collected.get(p, 0) > 0]
     for path in never_fed:
         if not reason(path):
-            result.fail(f"observer {path} was never fed statistics during calibration "
-                        f"({len(pipeline.built.inputs.calibration)} calibration samples)")
+            result.fail(
+                f"observer {path} was never fed statistics during calibration "
+                f"({len(pipeline.built.inputs.calibration)} calibration samples)"
+            )
     for path in never_applied:
         if not reason(path):
             result.fail(f"observer {path} was calibrated but its fake-quant never ran in QUANT mode")
@@ -98,11 +104,22 @@ def run(pipeline) -> CheckResult:
         if not covered:
             result.fail(f"unused_observers entry {pattern!r} matches no observer (stale allowlist)")
         elif not excused.intersection(covered):
-            result.fail(f"unused_observers entry {pattern!r}: every observer it covers ({', '.join(covered[:4])}"
-                        f"{', ...' if len(covered) > 4 else ''}) is fed and applied now (stale allowlist)")
-    result.metrics.update({"observers": len(collected), "never_fed": len(never_fed), "never_applied": len(never_applied)})
-    result.evidence.update({"inventory": sorted(collected), "never_fed": never_fed, "never_applied": never_applied,
-                            "collect_calls": collected, "fake_quant_calls": applied})
+            result.fail(
+                f"unused_observers entry {pattern!r}: every observer it covers ({', '.join(covered[:4])}"
+                f"{', ...' if len(covered) > 4 else ''}) is fed and applied now (stale allowlist)"
+            )
+    result.metrics.update(
+        {"observers": len(collected), "never_fed": len(never_fed), "never_applied": len(never_applied)}
+    )
+    result.evidence.update(
+        {
+            "inventory": sorted(collected),
+            "never_fed": never_fed,
+            "never_applied": never_applied,
+            "collect_calls": collected,
+            "fake_quant_calls": applied,
+        }
+    )
     expected = case.expected_observer_count
     if expected is not None and expected != len(collected):
         result.fail(f"wrapper tree holds {len(collected)} observers, the case expects {expected}")

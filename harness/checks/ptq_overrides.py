@@ -17,8 +17,11 @@ def _qparams(root) -> dict[str, tuple]:
     for path, obs in unwrap(root).named_modules():
         if isinstance(obs, ObserverBase):
             scale, zp = getattr(obs, "_cached_scale", None), getattr(obs, "_cached_zp", None)
-            out[path] = (str(obs.dtype), scale.clone() if isinstance(scale, torch.Tensor) else None,
-                         zp.clone() if isinstance(zp, torch.Tensor) else None)
+            out[path] = (
+                str(obs.dtype),
+                scale.clone() if isinstance(scale, torch.Tensor) else None,
+                zp.clone() if isinstance(zp, torch.Tensor) else None,
+            )
     return out
 
 

@@ -25,8 +25,10 @@ def run(pipeline) -> CheckResult:
     )
     if audit.float_boundary:
         result.evidence["float_boundary"] = audit.float_boundary
-        result.notes.append(f"{len(audit.float_boundary)} float value(s) quantized before any arithmetic reads them: "
-                            f"{', '.join(audit.float_boundary[:6])}")
+        result.notes.append(
+            f"{len(audit.float_boundary)} float value(s) quantized before any arithmetic reads them: "
+            f"{', '.join(audit.float_boundary[:6])}"
+        )
     result.evidence["missing"] = [dict(n, allowed_because=allow.get(n["target"])) for n in audit.missing]
     result.evidence["by_target"] = dict(Counter(n["target"] for n in audit.missing))
     if audit.quantized_nodes == 0:
@@ -53,10 +55,12 @@ CHECK = Check(
         Metric("float_nodes", better=None, label="float nodes"),
         Metric("float_boundary", better=None, label="float values quantized before use"),
     ),
-    report="""{% set m = rec.get("metrics") or {} %}{% if m %}<div>{{ m.get("quantized_nodes") }} quantized, {{ m.get("float_nodes") }} float nodes;
+    report="""{% set m = rec.get("metrics") or {} %}{% if m %}<div>{{ m.get("quantized_nodes") }} quantized, {{
+    m.get("float_nodes") }} float nodes;
   {{ m.get("missing_qparam") }} without qparam ({{ m.get("missing_allowlisted") }} allowlisted)</div>{% endif %}
 {% for node in (rec.get("evidence") or {}).get("missing") or [] %}
-<details class="qparam-node"><summary><code>{{ node.name }}</code> {{ node.target }} ({{ node.users }} users){% if node.get("allowed_because") %} &mdash; allowed: {{ node.allowed_because }}{% endif %}</summary>
+<details class="qparam-node"><summary><code>{{ node.name }}</code> {{ node.target }} ({{ node.users }} users){%
+if node.get("allowed_because") %} &mdash; allowed: {{ node.allowed_because }}{% endif %}</summary>
   <pre class="stack-trace">{{ node.stack_trace }}</pre></details>
 {% endfor %}""",
 )

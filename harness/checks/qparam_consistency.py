@@ -3,7 +3,8 @@ is fake-quantized in torch with qparams that tico's passes later replace (one te
 qparams), so the torch QUANT output is what the Circle model computes."""
 
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
-from harness.qparam_consistency import describe, describe_requantized, describe_unpinned, unpinned
+from harness.qparam_consistency import describe, describe_unpinned, unpinned
+from harness.qparam_requantized import describe_requantized
 
 
 def run(pipeline) -> CheckResult:
@@ -13,13 +14,17 @@ def run(pipeline) -> CheckResult:
     result.metrics["overwritten_qparams"] = len(audit.overwritten)
     result.metrics["replaced_nodes"] = len(audit.replaced_nodes)
     if not audit.applied:
-        result.fail("no per-tensor fake-quant reached tico's FoldQuantOps: nothing to compare (was the graph "
-                    "exported in QUANT mode?)")
+        result.fail(
+            "no per-tensor fake-quant reached tico's FoldQuantOps: nothing to compare (was the graph "
+            "exported in QUANT mode?)"
+        )
     elif len(audit.replaced_nodes) == len(audit.applied):
         result.fail("every fake-quant's node was replaced by a later pass: nothing could be compared")
     for record in audit.replaced_nodes:
-        result.notes.append(f"tensor {record['tensor']} ({record['line']}, {record.get('observer')}): its node was "
-                            f"replaced by a later conversion pass, so what Circle holds for it is not compared")
+        result.notes.append(
+            f"tensor {record['tensor']} ({record['line']}, {record.get('observer')}): its node was "
+            f"replaced by a later conversion pass, so what Circle holds for it is not compared"
+        )
     result.evidence["overwritten"] = audit.overwritten
     if audit.attribution_refused:
         result.notes.append(f"observers not identified: {audit.attribution_refused}")
@@ -42,7 +47,13 @@ def run(pipeline) -> CheckResult:
     return result
 
 
-CHECK = Check(name="qparam_consistency", run=run, applies=requires_capability("export"),
-              description=__doc__.splitlines()[0],
-              metrics=(Metric("overwritten_qparams", label="tensors with two qparams"),
-                       Metric("applied_fake_quants", better=None, label="fake-quants applied")))
+CHECK = Check(
+    name="qparam_consistency",
+    run=run,
+    applies=requires_capability("export"),
+    description=__doc__.splitlines()[0],
+    metrics=(
+        Metric("overwritten_qparams", label="tensors with two qparams"),
+        Metric("applied_fake_quants", better=None, label="fake-quants applied"),
+    ),
+)

@@ -45,7 +45,9 @@ def run(pipeline) -> CheckResult:
             result.fail(f"[{name}] {exc}")
             continue
         result.evidence[name] = dict(
-            metrics, scatter=scatter_sample(ref_valid, quant_valid), error_histogram=error_histogram(ref_valid, quant_valid)
+            metrics,
+            scatter=scatter_sample(ref_valid, quant_valid),
+            error_histogram=error_histogram(ref_valid, quant_valid),
         )
         for key, value in metrics.items():
             result.metrics[key + suffix] = value
@@ -73,7 +75,8 @@ CHECK = Check(
     ),
     report="""{% set m = rec.get("metrics") or {} %}{% set t = rec.get("settings") or {} %}
 <table class="limits"><tr><th>metric</th><th>value</th><th>limit</th></tr>
-<tr><td>mean |diff|</td><td>{{ m.get("mean_abs_diff") | num }}</td><td>&le; {{ t.get("max_mean_abs_diff") | num }}</td></tr>
+<tr><td>mean |diff|</td><td>{{ m.get("mean_abs_diff") | num }}</td><td>&le; {{ t.get("max_mean_abs_diff") | num
+}}</td></tr>
 <tr><td>max |diff|</td><td>{{ m.get("max_abs_diff") | num }}</td><td>&le; {{ t.get("max_abs_diff") | num }}</td></tr>
 <tr><td>PEIR</td><td>{{ m.get("peir") | num }}</td><td>&le; {{ t.get("max_peir") | num }}</td></tr>
 <tr><td>SQNR dB</td><td>{{ m.get("sqnr_db") | num }}</td><td>&ge; {{ t.get("min_sqnr_db") | num }}</td></tr>

@@ -12,7 +12,8 @@ For a case whose float module is an algorithm's output (``Case.rotation_handoff`
 * **computed tensors used** (gated): every parameter of the algorithm's model that the original
   does not hold unchanged (rotated projections, the rotation modules) must be held, with the same
   contents (up to a scalar a wrapper folds in, e.g. the attention scale in k_proj), by a module of
-  the QUANT wrapper tree, and the wrapper around it must run a forward on the default sample. A wrapper that drops or bypasses an algorithm module fails here by name, even
+  the QUANT wrapper tree, and the wrapper around it must run a forward on the default sample. A wrapper that
+  drops or bypasses an algorithm module fails here by name, even
   where the float model it wraps would hide it.
 * **accuracy vs wrapq alone**: the same PTQConfig, calibration samples and public prepare /
   calibrate / convert flow on the original; SQNR of each quantized model vs the original float
@@ -120,15 +121,20 @@ def _check_computed_used(pipeline, original: torch.nn.Module, result: CheckResul
     computed = _computed(pipeline.built.module, original)
     result.metrics["computed_tensors"] = len(computed)
     if not computed:
-        result.fail(f"the {pipeline.case.rotation_handoff.algorithm} model holds no parameter that differs from the "
-                    f"original's: the algorithm changed nothing")
+        result.fail(
+            f"the {pipeline.case.rotation_handoff.algorithm} model holds no parameter that differs from the "
+            f"original's: the algorithm changed nothing"
+        )
         return
     tree = copy.deepcopy(pipeline.quantized)
     holders = {name: _holders(tree, tensor) for name, tensor in computed.items()}
     runners = {name: [_runner(tree, path) for path, _ in found] for name, found in holders.items()}
     ran: set[int] = set()
-    hooks = [module.register_forward_hook(lambda m, a, o: ran.add(id(m)))
-             for found in runners.values() for _, module in found]
+    hooks = [
+        module.register_forward_hook(lambda m, a, o: ran.add(id(m)))
+        for found in runners.values()
+        for _, module in found
+    ]
     try:
         with torch.no_grad():
             pipeline.sample("default").call(tree)
@@ -138,16 +144,22 @@ def _check_computed_used(pipeline, original: torch.nn.Module, result: CheckResul
     used = 0
     for name, found in runners.items():
         if not found:
-            result.fail(f"{name}: the algorithm computed it, and no module of the QUANT wrapper tree holds a tensor "
-                        f"with its contents (the wrapper dropped or replaced it)")
+            result.fail(
+                f"{name}: the algorithm computed it, and no module of the QUANT wrapper tree holds a tensor "
+                f"with its contents (the wrapper dropped or replaced it)"
+            )
         elif not any(id(module) in ran for _, module in found):
-            result.fail(f"{name}: held under {', '.join(path or '<root>' for path, _ in found)} in the QUANT wrapper "
-                        f"tree, which ran no forward on the default sample (the wrapper bypasses it)")
+            result.fail(
+                f"{name}: held under {', '.join(path or '<root>' for path, _ in found)} in the QUANT wrapper "
+                f"tree, which ran no forward on the default sample (the wrapper bypasses it)"
+            )
         else:
             used += 1
     result.metrics["computed_tensors_used"] = used
-    result.evidence["computed"] = {name: [f"{path}" + ("" if factor == 1.0 else f" (x{factor:.6g}: folded)")
-                                          for path, factor in found] for name, found in holders.items()}
+    result.evidence["computed"] = {
+        name: [f"{path}" + ("" if factor == 1.0 else f" (x{factor:.6g}: folded)") for path, factor in found]
+        for name, found in holders.items()
+    }
 
 
 def _wrapq_alone(pipeline, original: torch.nn.Module) -> torch.nn.Module:
@@ -198,9 +210,11 @@ def run(pipeline) -> CheckResult:
         result.metrics[f"float_rel[{name}]"] = rel
         worst = max(worst, rel)
         if not rel <= th.max_float_rel:
-            result.fail(f"[{name}] {handoff.algorithm} float model vs the original float model: max |diff| / max "
-                        f"|original| {rel:.3g} > {th.max_float_rel:g} (the algorithm's transform is not an identity "
-                        f"in float)")
+            result.fail(
+                f"[{name}] {handoff.algorithm} float model vs the original float model: max |diff| / max "
+                f"|original| {rel:.3g} > {th.max_float_rel:g} (the algorithm's transform is not an identity "
+                f"in float)"
+            )
     result.metrics["float_rel"] = worst
 
     _check_computed_used(pipeline, original, result)
@@ -213,9 +227,15 @@ def run(pipeline) -> CheckResult:
     ref_v = select_valid(reference, sample.valid_tokens)
     with_alg = sqnr_db(ref_v, select_valid(_mapped(pipeline, pipeline.output("quant", "default")), sample.valid_tokens))
     without = sqnr_db(ref_v, select_valid(alone_out, sample.valid_tokens))
-    result.metrics.update({"sqnr_db_with_algorithm": with_alg, "sqnr_db_wrapq_alone": without, "sqnr_gain_db": with_alg - without})
-    result.gate(f"SQNR gain of {handoff.algorithm} + wrapq over wrapq alone (dB)", with_alg - without,
-                th.min_sqnr_gain_db, upper=False)
+    result.metrics.update(
+        {"sqnr_db_with_algorithm": with_alg, "sqnr_db_wrapq_alone": without, "sqnr_gain_db": with_alg - without}
+    )
+    result.gate(
+        f"SQNR gain of {handoff.algorithm} + wrapq over wrapq alone (dB)",
+        with_alg - without,
+        th.min_sqnr_gain_db,
+        upper=False,
+    )
     if handoff.claimed_sites is not None:
         if handoff.to_original is not None:
             result.fail("claimed_sites needs outputs in one basis: to_original must be None")
@@ -223,16 +243,30 @@ def run(pipeline) -> CheckResult:
         claimed_with, n_with = _sqnr_with_sites(pipeline, pipeline.quantized, handoff.claimed_sites, sample, reference)
         claimed_without, n_without = _sqnr_with_sites(pipeline, alone, handoff.claimed_sites, sample, reference)
         if n_with == 0 or n_without == 0:
-            result.fail(f"claimed_sites selects {n_with} site(s) of the {handoff.algorithm} model and {n_without} of "
-                        f"wrapq alone: nothing to compare")
+            result.fail(
+                f"claimed_sites selects {n_with} site(s) of the {handoff.algorithm} model and {n_without} of "
+                f"wrapq alone: nothing to compare"
+            )
         else:
             gain = claimed_with - claimed_without
-            result.metrics.update({"claimed_sqnr_db": claimed_with, "claimed_sqnr_db_wrapq_alone": claimed_without,
-                                   "claimed_sqnr_gain_db": gain, "claimed_sites": n_with})
-            result.gate(f"SQNR gain on the claimed sites only ({n_with} sites, dB)", gain,
-                        th.min_claimed_sqnr_gain_db, upper=False)
-    result.notes.append(f"{handoff.algorithm} + wrapq SQNR {with_alg:.4g} dB vs wrapq alone {without:.4g} dB"
-                        + ("" if math.isfinite(with_alg - without) else " (an exact output)"))
+            result.metrics.update(
+                {
+                    "claimed_sqnr_db": claimed_with,
+                    "claimed_sqnr_db_wrapq_alone": claimed_without,
+                    "claimed_sqnr_gain_db": gain,
+                    "claimed_sites": n_with,
+                }
+            )
+            result.gate(
+                f"SQNR gain on the claimed sites only ({n_with} sites, dB)",
+                gain,
+                th.min_claimed_sqnr_gain_db,
+                upper=False,
+            )
+    result.notes.append(
+        f"{handoff.algorithm} + wrapq SQNR {with_alg:.4g} dB vs wrapq alone {without:.4g} dB"
+        + ("" if math.isfinite(with_alg - without) else " (an exact output)")
+    )
     return result
 
 
@@ -245,10 +279,16 @@ CHECK = Check(
     report=EVIDENCE_DETAILS,
     metrics=(
         Metric("float_rel", label="alg. float rel", limit="max_float_rel"),
-        Metric("sqnr_gain_db", better="higher", unit="dB", label="alg. SQNR gain", limit="min_sqnr_gain_db",
-               headline=True),
-        Metric("claimed_sqnr_gain_db", better="higher", unit="dB", label="claimed-site gain",
-               limit="min_claimed_sqnr_gain_db"),
+        Metric(
+            "sqnr_gain_db", better="higher", unit="dB", label="alg. SQNR gain", limit="min_sqnr_gain_db", headline=True
+        ),
+        Metric(
+            "claimed_sqnr_gain_db",
+            better="higher",
+            unit="dB",
+            label="claimed-site gain",
+            limit="min_claimed_sqnr_gain_db",
+        ),
         Metric("sqnr_db_with_algorithm", better="higher", unit="dB", label="alg. + wrapq SQNR"),
         Metric("sqnr_db_wrapq_alone", better=None, unit="dB", label="wrapq-alone SQNR"),
         Metric("computed_tensors", better=None, label="computed tensors"),

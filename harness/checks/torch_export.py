@@ -39,6 +39,14 @@ def run(pipeline) -> CheckResult:
     return result
 
 
-CHECK = Check(name="torch_export", run=run, applies=requires_capability("export"), description=__doc__.splitlines()[0],
-              settings=Settings, metrics=(Metric("max_abs_diff", label="export max |diff|"),
-                                          Metric("graph_nodes", better=None, label="graph nodes")))
+CHECK = Check(
+    name="torch_export",
+    run=run,
+    applies=requires_capability("export"),
+    description=__doc__.splitlines()[0],
+    settings=Settings,
+    metrics=(
+        Metric("max_abs_diff", label="export max |diff|"),
+        Metric("graph_nodes", better=None, label="graph nodes"),
+    ),
+)

@@ -19,27 +19,45 @@ HELP = "compare two results.json (PR head vs base): verdict changes, then metric
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m harness compare", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="exit status: 0 nothing got worse, 1 worse (see --fail-on), 2 bad input")
+    p = argparse.ArgumentParser(
+        prog="python -m harness compare",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit status: 0 nothing got worse, 1 worse (see --fail-on), 2 bad input",
+    )
     p.add_argument("base", type=Path, help="the base run's results.json (or its report directory)")
     p.add_argument("head", type=Path, help="the head run's results.json (or its report directory)")
-    p.add_argument("--margin", type=float, default=0.1,
-                   help="relative move of a declared metric that is reported (default 0.1 = 10%%)")
-    p.add_argument("--abs-floor", type=float, default=1e-9,
-                   help="absolute move always tolerated, for metrics whose base is 0 (default 1e-9)")
-    p.add_argument("--fail-on", choices=("any", "verdict", "metric", "none"), default="any",
-                   help="what makes the exit status 1: a regressed verdict or a worse metric (any, the default), "
-                        "only verdicts, only metrics, or nothing (report only)")
-    p.add_argument("--allow-version-mismatch", action="store_true",
-                   help="compare runs whose recorded versions (torch, transformers, tico, ...) differ")
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.1,
+        help="relative move of a declared metric that is reported (default 0.1 = 10%%)",
+    )
+    p.add_argument(
+        "--abs-floor",
+        type=float,
+        default=1e-9,
+        help="absolute move always tolerated, for metrics whose base is 0 (default 1e-9)",
+    )
+    p.add_argument(
+        "--fail-on",
+        choices=("any", "verdict", "metric", "none"),
+        default="any",
+        help="what makes the exit status 1: a regressed verdict or a worse metric (any, the default), "
+        "only verdicts, only metrics, or nothing (report only)",
+    )
+    p.add_argument(
+        "--allow-version-mismatch",
+        action="store_true",
+        help="compare runs whose recorded versions (torch, transformers, tico, ...) differ",
+    )
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the comparison as markdown")
     p.add_argument("--html", type=Path, metavar="FILE", help="also write it as one self-contained HTML file")
     return p
 
 
 def main(argv: list[str]) -> int:
-    from harness import run_compare
+    from harness import comparison_report, run_compare
     from harness.results import atomic_write_text
 
     try:
@@ -49,18 +67,19 @@ def main(argv: list[str]) -> int:
     try:
         base = run_compare.load_results(args.base, "base")
         head = run_compare.load_results(args.head, "head")
-        cmp = run_compare.compare(base, head, margin=args.margin, abs_floor=args.abs_floor,
-                                  allow_version_mismatch=args.allow_version_mismatch)
+        cmp = run_compare.compare(
+            base, head, margin=args.margin, abs_floor=args.abs_floor, allow_version_mismatch=args.allow_version_mismatch
+        )
     except run_compare.CompareError as exc:
         print(f"compare: error: {exc}", file=sys.stderr)
         return 2
-    print(run_compare.render_text(cmp))
+    print(comparison_report.render_text(cmp))
     try:
         if args.markdown:
-            atomic_write_text(args.markdown, run_compare.render_markdown(cmp))
+            atomic_write_text(args.markdown, comparison_report.render_markdown(cmp))
             print(f"markdown: {args.markdown}")
         if args.html:
-            atomic_write_text(args.html, run_compare.render_html(cmp))
+            atomic_write_text(args.html, comparison_report.render_html(cmp))
             print(f"html: {args.html}")
     except OSError as exc:
         print(f"compare: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)

@@ -37,41 +37,100 @@ _QWEN3_VL_GRID = (1, 8, 8)
 # keyword arguments of the family's config class. Sub-configs are dicts.
 TINY: dict[str, dict[str, Any]] = {
     "qwen3_vl": {
-        "vision_config": {"hidden_size": 64, "num_heads": 4, "depth": 2, "temporal_patch_size": 2, "patch_size": 16,
-                          "out_hidden_size": 64, "spatial_merge_size": 2, "deepstack_visual_indexes": [0, 1]},
-        "text_config": {"hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 2,
-                        "num_key_value_heads": 2, "head_dim": 32, "num_hidden_layers": 2, "vocab_size": 1000,
-                        "max_position_embeddings": 1024,
-                        "rope_scaling": {"rope_type": "default", "mrope_section": [1, 1, 2]}},
-        "image_token_id": 998, "video_token_id": 999, "vision_start_token_id": 997, "vision_end_token_id": 996,
+        "vision_config": {
+            "hidden_size": 64,
+            "num_heads": 4,
+            "depth": 2,
+            "temporal_patch_size": 2,
+            "patch_size": 16,
+            "out_hidden_size": 64,
+            "spatial_merge_size": 2,
+            "deepstack_visual_indexes": [0, 1],
+        },
+        "text_config": {
+            "hidden_size": 64,
+            "intermediate_size": 256,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "num_hidden_layers": 2,
+            "vocab_size": 1000,
+            "max_position_embeddings": 1024,
+            "rope_scaling": {"rope_type": "default", "mrope_section": [1, 1, 2]},
+        },
+        "image_token_id": 998,
+        "video_token_id": 999,
+        "vision_start_token_id": 997,
+        "vision_end_token_id": 996,
     },
     "gemma4": {
-        "text_config": {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
-                        "num_key_value_heads": 2, "num_global_key_value_heads": 2, "head_dim": 32,
-                        "global_head_dim": 32, "max_position_embeddings": 128, "num_hidden_layers": 2,
-                        "layer_types": ["sliding_attention", "full_attention"],
-                        "rope_parameters": {
-                            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
-                                               "rope_theta": 1_000_000.0},
-                            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}},
-                        "enable_moe_block": False, "hidden_size_per_layer_input": 0},
-        "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-                          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-                          "max_position_embeddings": 128, "use_clipped_linears": False,
-                          "rope_parameters": {"rope_type": "default", "rope_theta": 100.0}, "standardize": True},
+        "text_config": {
+            "vocab_size": 256,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "num_global_key_value_heads": 2,
+            "head_dim": 32,
+            "global_head_dim": 32,
+            "max_position_embeddings": 128,
+            "num_hidden_layers": 2,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "rope_parameters": {
+                "full_attention": {
+                    "rope_type": "proportional",
+                    "partial_rotary_factor": 0.25,
+                    "rope_theta": 1_000_000.0,
+                },
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            },
+            "enable_moe_block": False,
+            "hidden_size_per_layer_input": 0,
+        },
+        "vision_config": {
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "max_position_embeddings": 128,
+            "use_clipped_linears": False,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 100.0},
+            "standardize": True,
+        },
         "audio_config": None,
-        "image_token_id": 10, "video_token_id": 11, "audio_token_id": 12,
+        "image_token_id": 10,
+        "video_token_id": 11,
+        "audio_token_id": 12,
     },
-    "llama": {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128},
+    "llama": {
+        "vocab_size": 256,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 128,
+    },
 }
 TINY["gemma4_text"] = dict(TINY["gemma4"]["text_config"])
 TINY["qwen3_vl_text"] = dict(TINY["qwen3_vl"]["text_config"])
 
 # Any other model type: these attributes, where its config (or a sub-config) has them.
-GENERIC = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 128,
-           "depth": 2, "num_heads": 4, "num_layers": 2}
+GENERIC = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 256,
+    "max_position_embeddings": 128,
+    "depth": 2,
+    "num_heads": 4,
+    "num_layers": 2,
+}
 SUB_CONFIGS = ("text_config", "vision_config", "audio_config")
 
 
@@ -95,9 +154,11 @@ def resolve(model: str) -> tuple[type, type | None, str]:
     try:
         config = AutoConfig.for_model(model)
     except (ValueError, KeyError) as exc:
-        raise UsageError(f"unknown model {model!r}: neither a transformers model class (e.g. "
-                         "Qwen3VLForConditionalGeneration) nor a model type AutoConfig knows (e.g. qwen3_vl, gemma4, "
-                         f"llama); transformers says: {str(exc).split('. Should contain')[0]}") from None
+        raise UsageError(
+            f"unknown model {model!r}: neither a transformers model class (e.g. "
+            "Qwen3VLForConditionalGeneration) nor a model type AutoConfig knows (e.g. qwen3_vl, gemma4, "
+            f"llama); transformers says: {str(exc).split('. Should contain')[0]}"
+        ) from None
     return type(config), None, config.model_type
 
 
@@ -145,15 +206,21 @@ def ptq_config(model_type: str, config: Any) -> tuple[Any, str]:
 
     if model_type == "qwen3_vl":
         merge = config.vision_config.spatial_merge_size
-        return (PTQConfig(model_args={"vision": {"grid_thw": _QWEN3_VL_GRID, "visual_start_idx": 1,
-                                                 "spatial_merge_size": merge}}, strict_wrap=False),
-                f"PTQConfig(model_args vision grid_thw={_QWEN3_VL_GRID}, as cases/qwen3_vl_text.py)")
+        return (
+            PTQConfig(
+                model_args={"vision": {"grid_thw": _QWEN3_VL_GRID, "visual_start_idx": 1, "spatial_merge_size": merge}},
+                strict_wrap=False,
+            ),
+            f"PTQConfig(model_args vision grid_thw={_QWEN3_VL_GRID}, as cases/qwen3_vl_text.py)",
+        )
     if model_type == "gemma4":
         from tico.quantization.config.gemma4_builders import build_gemma4_e2b_ptq_config
 
-        cfg = build_gemma4_e2b_ptq_config(num_text_layers=config.text_config.num_hidden_layers,
-                                          num_vision_layers=config.vision_config.num_hidden_layers,
-                                          model_args={"vision": {"visual_start_idx": 0, "num_visual_tokens": 4}})
+        cfg = build_gemma4_e2b_ptq_config(
+            num_text_layers=config.text_config.num_hidden_layers,
+            num_vision_layers=config.vision_config.num_hidden_layers,
+            model_args={"vision": {"visual_start_idx": 0, "num_visual_tokens": 4}},
+        )
         cfg.strict_wrap = False
         return cfg, "build_gemma4_e2b_ptq_config (as cases/gemma4_multimodal.py)"
     return PTQConfig(strict_wrap=False), "PTQConfig(strict_wrap=False)"
@@ -163,10 +230,11 @@ def analyse(float_modules: dict[str, type], prepared: Any) -> dict[str, Any]:
     """Which float submodules (``float_modules``: dotted path -> class, taken before ``prepare``)
     got a wrapper of their own. tico's wrappers record the float path they wrap as ``fp_name``
     (the outermost one has ``fp_name=None``: the path of the module handed to ``prepare``)."""
-    from harness.pipeline import unwrap
     from tico.quantization.wrapq.wrappers.ptq_wrapper import PTQWrapper
     from tico.quantization.wrapq.wrappers.quant_module_base import QuantModuleBase
     from tico.quantization.wrapq.wrappers.registry import lookup
+
+    from harness.pipeline import unwrap
 
     top = unwrap(prepared)
     by_path: dict[str, str] = {}
@@ -201,15 +269,18 @@ def analyse(float_modules: dict[str, type], prepared: Any) -> dict[str, Any]:
             continue  # containers without a forward of their own
         name = f"{cls.__module__}.{cls.__qualname__}"
         registered = lookup(cls)
-        entry = unwrapped.setdefault(name, {"registered_wrapper": registered.__name__ if registered else None,
-                                            "paths": [], "inside": {}})
+        entry = unwrapped.setdefault(
+            name, {"registered_wrapper": registered.__name__ if registered else None, "paths": [], "inside": {}}
+        )
         entry["paths"].append(path or "<root>")
         owner = nearest_wrapper(path)
         label = f"{by_path[owner]} ({owner or '<root>'})" if owner is not None else "no wrapper (runs in float)"
         entry["inside"][label] = entry["inside"].get(label, 0) + 1
-    return {"unwrapped": dict(sorted(unwrapped.items(), key=lambda kv: (-len(kv[1]["paths"]), kv[0]))),
-            "wrapped": dict(sorted(wrapped.items(), key=lambda kv: (-kv[1], kv[0]))),
-            "wrappers_without_float_path": dict(sorted(unplaced.items()))}
+    return {
+        "unwrapped": dict(sorted(unwrapped.items(), key=lambda kv: (-len(kv[1]["paths"]), kv[0]))),
+        "wrapped": dict(sorted(wrapped.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "wrappers_without_float_path": dict(sorted(unplaced.items())),
+    }
 
 
 def run(model: str, sets: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -227,9 +298,11 @@ def run(model: str, sets: dict[str, Any] | None = None) -> dict[str, Any]:
         else:
             hf = model_class(config)
     except Exception as exc:  # noqa: BLE001
-        raise UsageError(f"cannot build {model_class.__name__ if model_class else model_type} from its tiny config: "
-                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
-                         "(adjust sizes with --set key=value)") from None
+        raise UsageError(
+            f"cannot build {model_class.__name__ if model_class else model_type} from its tiny config: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+            "(adjust sizes with --set key=value)"
+        ) from None
     hf.eval()
     float_modules = {path: type(module) for path, module in hf.named_modules()}
     built = time.perf_counter()
@@ -243,7 +316,9 @@ def run(model: str, sets: dict[str, Any] | None = None) -> dict[str, Any]:
     done = time.perf_counter()
     report = analyse(float_modules, prepared)
     return {
-        "model": type(hf).__name__, "model_type": model_type, "ptq_config": cfg_text,
+        "model": type(hf).__name__,
+        "model_type": model_type,
+        "ptq_config": cfg_text,
         "float_modules": len(float_modules),
         "seconds": {"build": round(built - start, 3), "prepare": round(done - built, 3)},
         **report,
@@ -259,32 +334,54 @@ def render(result: dict[str, Any], max_paths: int = 6) -> str:
 
     unwrapped, wrapped = result["unwrapped"], result["wrapped"]
     total = sum(len(v["paths"]) for v in unwrapped.values())
-    lines = [f"{result['model']} (model_type {result['model_type']}, {result['float_modules']} modules, random "
-             f"weights), prepared with {result['ptq_config']}: build {result['seconds']['build']} s, "
-             f"prepare {result['seconds']['prepare']} s", "",
-             f"unwrapped: {total} of {result['float_modules']} modules ({len(unwrapped)} classes) have no wrapper "
-             "of their own (ModuleList/ModuleDict containers not counted); 'inside' is the nearest wrapped "
-             "ancestor, which handles or skips them"]
+    lines = [
+        f"{result['model']} (model_type {result['model_type']}, {result['float_modules']} modules, random "
+        f"weights), prepared with {result['ptq_config']}: build {result['seconds']['build']} s, "
+        f"prepare {result['seconds']['prepare']} s",
+        "",
+        f"unwrapped: {total} of {result['float_modules']} modules ({len(unwrapped)} classes) have no wrapper "
+        "of their own (ModuleList/ModuleDict containers not counted); 'inside' is the nearest wrapped "
+        "ancestor, which handles or skips them",
+    ]
     if unwrapped:
-        rows = [[name.rsplit(".", 1)[1], len(entry["paths"]), entry["registered_wrapper"] or "-",
-                 "; ".join(f"{k} x{v}" if v > 1 else k for k, v in entry["inside"].items()), paths_cell(entry["paths"])]
-                for name, entry in unwrapped.items()]
-        lines.append(tabulate(rows, headers=["class", "count", "registered wrapper", "inside", "paths"],
-                              tablefmt="github"))
+        rows = [
+            [
+                name.rsplit(".", 1)[1],
+                len(entry["paths"]),
+                entry["registered_wrapper"] or "-",
+                "; ".join(f"{k} x{v}" if v > 1 else k for k, v in entry["inside"].items()),
+                paths_cell(entry["paths"]),
+            ]
+            for name, entry in unwrapped.items()
+        ]
+        lines.append(
+            tabulate(rows, headers=["class", "count", "registered wrapper", "inside", "paths"], tablefmt="github")
+        )
     lines += ["", f"wrapped: {sum(wrapped.values())} modules, {len(wrapped)} float class -> wrapper pairs"]
-    lines.append(tabulate([[k, v] for k, v in wrapped.items()], headers=["float class -> wrapper", "count"],
-                          tablefmt="github"))
+    lines.append(
+        tabulate([[k, v] for k, v in wrapped.items()], headers=["float class -> wrapper", "count"], tablefmt="github")
+    )
     if result["wrappers_without_float_path"]:
-        lines += ["", "wrappers with no float path (modules tico built itself): "
-                  + ", ".join(f"{k} x{v}" for k, v in result["wrappers_without_float_path"].items())]
+        lines += [
+            "",
+            "wrappers with no float path (modules tico built itself): "
+            + ", ".join(f"{k} x{v}" for k, v in result["wrappers_without_float_path"].items()),
+        ]
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness coverage", description=HELP)
-    parser.add_argument("model", help="a transformers model class (Qwen3VLForConditionalGeneration) or model type (qwen3_vl)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config attribute (text_config.KEY / vision_config.KEY for sub-configs)")
+    parser.add_argument(
+        "model", help="a transformers model class (Qwen3VLForConditionalGeneration) or model type (qwen3_vl)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config attribute (text_config.KEY / vision_config.KEY for sub-configs)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     try:

@@ -21,21 +21,41 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness explain", description=__doc__.splitlines()[0])
     parser.add_argument("case", help="case name (as in the catalog)")
     parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--variant", default="",
-                        help="a point of the case's sweep, as its node id names it: 'kv_heads=2,layout=unrolled' "
-                             "(any declared axis values, also those no sweep mode selects)")
+    parser.add_argument(
+        "--variant",
+        default="",
+        help="a point of the case's sweep, as its node id names it: 'kv_heads=2,layout=unrolled' "
+        "(any declared axis values, also those no sweep mode selects)",
+    )
     parser.add_argument("--top", type=int, default=15, help="rows to print (default 15; 0: all)")
-    parser.add_argument("--max-sites", type=int, default=None,
-                        help="sites to evaluate (default: the case's attribution max_sites setting)")
-    parser.add_argument("--deployed", action="store_true",
-                        help="also convert to Circle and rank the sites by the Circle-vs-torch gap left with each "
-                             "one off (harness/deployed_attribution.py)")
-    parser.add_argument("--off", action="append", default=[], metavar="PATTERNS",
-                        help="a group of sites to switch off together, as comma-separated fnmatch patterns over the "
-                             "site paths ('*obs_softmax,*obs_attn_weights'); repeat for more groups. Prints the "
-                             "group table only (no leave-one-out)")
-    parser.add_argument("--only", action="append", default=[], metavar="PATTERNS",
-                        help="like --off, but every site except the group is switched off: what the group alone costs")
+    parser.add_argument(
+        "--max-sites",
+        type=int,
+        default=None,
+        help="sites to evaluate (default: the case's attribution max_sites setting)",
+    )
+    parser.add_argument(
+        "--deployed",
+        action="store_true",
+        help="also convert to Circle and rank the sites by the Circle-vs-torch gap left with each "
+        "one off (harness/deployed_attribution.py)",
+    )
+    parser.add_argument(
+        "--off",
+        action="append",
+        default=[],
+        metavar="PATTERNS",
+        help="a group of sites to switch off together, as comma-separated fnmatch patterns over the "
+        "site paths ('*obs_softmax,*obs_attn_weights'); repeat for more groups. Prints the "
+        "group table only (no leave-one-out)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PATTERNS",
+        help="like --off, but every site except the group is switched off: what the group alone costs",
+    )
     return parser
 
 
@@ -56,7 +76,9 @@ def main(argv: list[str]) -> int:
         print(f"unknown case {args.case!r}; cases: {', '.join(sorted(cases))}", file=sys.stderr)
         return 2
     if args.profile not in case.profiles:
-        print(f"case {case.name!r} has no profile {args.profile!r} (it has {', '.join(case.profiles)})", file=sys.stderr)
+        print(
+            f"case {case.name!r} has no profile {args.profile!r} (it has {', '.join(case.profiles)})", file=sys.stderr
+        )
         return 2
     if args.variant:
         case, problem = _variant_of(case, args.variant, args.profile)
@@ -76,29 +98,55 @@ def main(argv: list[str]) -> int:
     headers = ["site", "gain dB", "scale", "zp", "range", "clipped %", "boundary"]
     from harness.sweep import group_label
 
-    print(f"{case.name} [{group_label(case, args.profile)}]  sample {att.sample!r}: SQNR as is {att.sqnr_db:.2f} dB, PEIR {att.peir:.4g}")
+    print(
+        f"{case.name} [{group_label(case, args.profile)}]  sample {att.sample!r}: SQNR as is {att.sqnr_db:.2f} "
+        f"dB, PEIR {att.peir:.4g}"
+    )
     print(tabulate(table_rows(att, limit), headers=headers, disable_numparse=True))
     applied = sum(1 for s in att.sites if s.enabled and s.calls)
-    print(f"{att.evaluated} of {len(att.sites)} sites evaluated ({applied} applied on the sample"
-          f"{f'; capped at {att.max_sites}' if att.capped else ''}), {att.forwards} forwards, {att.seconds:.2f} s "
-          f"({1000 * att.seconds_per_forward:.1f} ms per forward); 'range' is the site's input on the sample")
+    print(
+        f"{att.evaluated} of {len(att.sites)} sites evaluated ({applied} applied on the sample"
+        f"{f'; capped at {att.max_sites}' if att.capped else ''}), {att.forwards} forwards, {att.seconds:.2f} s "
+        f"({1000 * att.seconds_per_forward:.1f} ms per forward); 'range' is the site's input on the sample"
+    )
     if any(s.boundary for s in att.sites[: limit or None]):
-        print("boundary: the site returns the output or quantizes an input as given; its loss is that tensor's own "
-              "dtype resolution (the attribution check does not gate it)")
+        print(
+            "boundary: the site returns the output or quantizes an input as given; its loss is that tensor's own "
+            "dtype resolution (the attribution check does not gate it)"
+        )
     resolved = [s for s in att.sites if s.resolved_levels is not None and math.isfinite(s.resolved_levels)]
     if resolved:
         s = min(resolved, key=lambda s: s.resolved_levels)
-        print(f"coarsest resolution: {s.path} step {s.scale:.4g} over the values it must resolve "
-              f"{s.resolved_min:.4g}..{s.resolved_max:.4g} ({s.resolved_levels:.3g} steps"
-              f"{'; its input splits in two clusters' if s.split else ''})")
+        print(
+            f"coarsest resolution: {s.path} step {s.scale:.4g} over the values it must resolve "
+            f"{s.resolved_min:.4g}..{s.resolved_max:.4g} ({s.resolved_levels:.3g} steps"
+            f"{'; its input splits in two clusters' if s.split else ''})"
+        )
     if att.submodules:
         print()
-        print("per wrapped submodule: isolated = its own error (alone, on the float model's inputs to it); "
-              "propagated = in the quantized model, with everything upstream")
-        rows = [[r.path + (" (whole case)" if r.outermost else ""), r.wrapper, r.calls, _db(r.isolated_sqnr_db),
-                 _db(r.propagated_sqnr_db), _db(r.inherited_db), r.note] for r in att.submodules]
-        print(tabulate(rows, headers=["submodule", "wrapper", "calls", "isolated dB", "propagated dB", "inherited dB", ""],
-                       disable_numparse=True))
+        print(
+            "per wrapped submodule: isolated = its own error (alone, on the float model's inputs to it); "
+            "propagated = in the quantized model, with everything upstream"
+        )
+        rows = [
+            [
+                r.path + (" (whole case)" if r.outermost else ""),
+                r.wrapper,
+                r.calls,
+                _db(r.isolated_sqnr_db),
+                _db(r.propagated_sqnr_db),
+                _db(r.inherited_db),
+                r.note,
+            ]
+            for r in att.submodules
+        ]
+        print(
+            tabulate(
+                rows,
+                headers=["submodule", "wrapper", "calls", "isolated dB", "propagated dB", "inherited dB", ""],
+                disable_numparse=True,
+            )
+        )
         origin = error_origin(att.submodules)
         if origin is not None:
             print(f"error is made most in {origin.path} ({origin.wrapper}): {_db(origin.isolated_sqnr_db)} dB alone")
@@ -119,13 +167,24 @@ def _print_groups(case, args, pipeline) -> int:
             if not texts:
                 continue
             base_sqnr, base_peir, results = ablate_groups(pipeline, [parse_group(t) for t in texts], mode=mode)
-            rows += [[r.label, "off" if mode == "off" else "all others off", len(r.sites), f"{r.sqnr_db:.2f}",
-                      f"{r.gain_db:+.2f}", f"{r.peir:.4g}"] for r in results]
+            rows += [
+                [
+                    r.label,
+                    "off" if mode == "off" else "all others off",
+                    len(r.sites),
+                    f"{r.sqnr_db:.2f}",
+                    f"{r.gain_db:+.2f}",
+                    f"{r.peir:.4g}",
+                ]
+                for r in results
+            ]
     except GroupError as exc:
         print(f"explain: {exc}", file=sys.stderr)
         return 2
-    print(f"{case.name} [{group_label(case, args.profile)}]  sample 'default': SQNR as is {base_sqnr:.2f} dB, "
-          f"PEIR {base_peir:.4g}")
+    print(
+        f"{case.name} [{group_label(case, args.profile)}]  sample 'default': SQNR as is {base_sqnr:.2f} dB, "
+        f"PEIR {base_peir:.4g}"
+    )
     print(tabulate(rows, headers=["group", "switched", "sites", "SQNR dB", "gain dB", "PEIR"], disable_numparse=True))
     return 0
 
@@ -153,14 +212,21 @@ def _print_deployed(pipeline, limit, tabulate) -> None:
         print("deployed: the case declares no export, so there is no Circle model to compare with")
         return
     deployed = deployed_attribution(pipeline)
-    print(f"Circle ({deployed.mode} replay) vs torch QUANT on the export sample: max {deployed.max_steps:.3g} steps, "
-          f"mean {deployed.mean_steps:.3g} steps of each output's scale")
+    print(
+        f"Circle ({deployed.mode} replay) vs torch QUANT on the export sample: max {deployed.max_steps:.3g} steps, "
+        f"mean {deployed.mean_steps:.3g} steps of each output's scale"
+    )
     rows = [[s.path, f"{s.max_steps_off:.3g}", f"{s.mean_steps_off:.3g}"] for s in deployed.sites[:limit]]
-    print(tabulate(rows, headers=["site switched off in torch", "max steps left", "mean steps left"],
-                   disable_numparse=True))
+    print(
+        tabulate(
+            rows, headers=["site switched off in torch", "max steps left", "mean steps left"], disable_numparse=True
+        )
+    )
     if deployed.closing:
-        print(f"switching off any one of these alone closes the gap (<= 1 step): {', '.join(deployed.closing)} -- "
-              f"the gap runs through them: the Circle graph does not apply at least one of them as torch does")
+        print(
+            f"switching off any one of these alone closes the gap (<= 1 step): {', '.join(deployed.closing)} -- "
+            f"the gap runs through them: the Circle graph does not apply at least one of them as torch does"
+        )
     elif deployed.max_steps > 1.0:
         print("no single site closes the gap: it is not one missing or re-parameterised fake-quant")
 

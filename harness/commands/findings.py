@@ -47,14 +47,17 @@ def _print_registry() -> None:
 
     reg = registry()
     declared = _declared_by()
-    print(f"{len(reg.findings)} findings recorded on tico {reg.recorded_version} "
-          f"(sources {reg.recorded_sources[:12]}):")
+    print(
+        f"{len(reg.findings)} findings recorded on tico {reg.recorded_version} (sources {reg.recorded_sources[:12]}):"
+    )
     for finding in reg.findings.values():
         cases = sorted({where.split(":")[0] for where in declared.get(finding.id, [])})
         since = f" (since tico {finding.since})" if finding.since else ""
         print(f"  {finding.id}: {finding.title}{since}")
-        print(f"      checks: {', '.join(finding.checks)}; declared by {len(cases)} case(s)"
-              + (f": {', '.join(cases[:4])}{', ...' if len(cases) > 4 else ''}" if cases else ""))
+        print(
+            f"      checks: {', '.join(finding.checks)}; declared by {len(cases)} case(s)"
+            + (f": {', '.join(cases[:4])}{', ...' if len(cases) > 4 else ''}" if cases else "")
+        )
     if reg.api_changes:
         print(f"\n{len(reg.api_changes)} tico API changes a case must follow (failures they explain stay red):")
         for change in reg.api_changes.values():

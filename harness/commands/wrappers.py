@@ -30,8 +30,11 @@ def main(argv: list[str]) -> int:
     source.add_argument("--measure", action="store_true", help="measure the tiny cases in this process")
     source.add_argument("--from", dest="results", type=Path, help="read the map from a results.json")
     parser.add_argument("--case", action="append", help="with --measure: only this case (repeatable)")
-    parser.add_argument("--write", action="store_true", help="with --measure over every case: rewrite "
-                        "wrapper_coverage.json and the table in docs/wrapper-coverage.md")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="with --measure over every case: rewrite wrapper_coverage.json and the table in docs/wrapper-coverage.md",
+    )
     parser.add_argument("--json", action="store_true", help="print the per-case records as JSON")
     args = parser.parse_args(argv)
     if args.write and (not args.measure or args.case):
@@ -60,9 +63,11 @@ def main(argv: list[str]) -> int:
         print(text)
     if seconds is not None:
         stage = sum(float(cov.get("seconds", 0.0)) for cov in per_case.values())
-        print(f"\nmeasured {len(per_case)} cases in {seconds:.1f} s (build, prepare, calibrate, convert, "
-              f"QUANT evaluation; the wrapper_coverage stages, QUANT evaluation included, {stage:.2f} s)",
-              file=sys.stderr)
+        print(
+            f"\nmeasured {len(per_case)} cases in {seconds:.1f} s (build, prepare, calibrate, convert, "
+            f"QUANT evaluation; the wrapper_coverage stages, QUANT evaluation included, {stage:.2f} s)",
+            file=sys.stderr,
+        )
     for case, error in errors.items():
         print(f"{case}: measurement failed: {error}", file=sys.stderr)
     if args.write:

@@ -47,8 +47,15 @@ class Acknowledgement:
     link: str | None = None
 
     def matches(self, case: str, profile: str, check: str, metric: str) -> bool:
-        return all(fnmatch.fnmatchcase(value or "", pattern) for value, pattern in
-                   ((case, self.case), (profile, self.profile), (check, self.check), (metric, self.metric)))
+        return all(
+            fnmatch.fnmatchcase(value or "", pattern)
+            for value, pattern in (
+                (case, self.case),
+                (profile, self.profile),
+                (check, self.check),
+                (metric, self.metric),
+            )
+        )
 
     @property
     def series(self) -> str:
@@ -81,8 +88,13 @@ class Acknowledgement:
         return f"no run of the history started on or after {self.date}"
 
     def describe(self) -> dict[str, Any]:
-        return {"index": self.index, "series": self.series, "since": self.since, "reason": self.reason,
-                "link": self.link}
+        return {
+            "index": self.index,
+            "series": self.series,
+            "since": self.since,
+            "reason": self.reason,
+            "link": self.link,
+        }
 
 
 def _entry(index: int, raw: Any, where: str) -> Acknowledgement:
@@ -97,8 +109,10 @@ def _entry(index: int, raw: Any, where: str) -> Acknowledgement:
         raise AckError(f"{label}: 'profile' must be a non-empty string (omit it for every profile)")
     points = [name for name in _POINTS if name in raw]
     if len(points) != 1:
-        raise AckError(f"{label}: give exactly one of run, commit or date -- from which run the change is "
-                       f"expected (got {', '.join(points) or 'none'})")
+        raise AckError(
+            f"{label}: give exactly one of run, commit or date -- from which run the change is "
+            f"expected (got {', '.join(points) or 'none'})"
+        )
     run = commit = date = None
     if "run" in raw:
         if not isinstance(raw["run"], int) or isinstance(raw["run"], bool) or raw["run"] < 1:
@@ -106,13 +120,21 @@ def _entry(index: int, raw: Any, where: str) -> Acknowledgement:
         run = raw["run"]
     if "commit" in raw:
         commit = raw["commit"]
-        if not isinstance(commit, str) or len(commit.strip()) < 7 or any(c not in "0123456789abcdefABCDEF" for c in commit.strip()):
-            raise AckError(f"{label}: 'commit' must be a commit sha or a prefix of at least 7 hex digits, got {commit!r}")
+        if (
+            not isinstance(commit, str)
+            or len(commit.strip()) < 7
+            or any(c not in "0123456789abcdefABCDEF" for c in commit.strip())
+        ):
+            raise AckError(
+                f"{label}: 'commit' must be a commit sha or a prefix of at least 7 hex digits, got {commit!r}"
+            )
         commit = commit.strip()
     if "date" in raw:
         value = raw["date"]
         if isinstance(value, _dt.datetime):
-            value = value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if value.tzinfo else value.isoformat()
+            value = (
+                value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if value.tzinfo else value.isoformat()
+            )
         elif isinstance(value, _dt.date):
             value = value.isoformat()
         if not isinstance(value, str):
@@ -125,9 +147,18 @@ def _entry(index: int, raw: Any, where: str) -> Acknowledgement:
     link = raw.get("link")
     if link is not None and not isinstance(link, str):
         raise AckError(f"{label}: 'link' must be a string")
-    return Acknowledgement(index=index, case=raw["case"], profile=raw.get("profile", "*"), check=raw["check"],
-                           metric=raw["metric"], reason=raw["reason"].strip(), run=run, commit=commit, date=date,
-                           link=link)
+    return Acknowledgement(
+        index=index,
+        case=raw["case"],
+        profile=raw.get("profile", "*"),
+        check=raw["check"],
+        metric=raw["metric"],
+        reason=raw["reason"].strip(),
+        run=run,
+        commit=commit,
+        date=date,
+        link=link,
+    )
 
 
 def parse_acknowledgements(data: Any, where: str) -> list[Acknowledgement]:
@@ -178,16 +209,27 @@ def what_moved(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     parts = []
     if moves:
         parts.append(describe_version_moves(moves))
-    parts.append(f"commit {_short(before.get('commit'))} -> {_short(after.get('commit'))}" if commit_moved
-                 else f"same commit {_short(after.get('commit'))}")
+    parts.append(
+        f"commit {_short(before.get('commit'))} -> {_short(after.get('commit'))}"
+        if commit_moved
+        else f"same commit {_short(after.get('commit'))}"
+    )
     if not moves:
         parts.append("versions unchanged")
-    return {"from_run": before["id"], "to_run": after["id"], "versions": moves, "commit_moved": commit_moved,
-            "dependency_bump": bool(moves) and not commit_moved, "text": "; ".join(parts)}
+    return {
+        "from_run": before["id"],
+        "to_run": after["id"],
+        "versions": moves,
+        "commit_moved": commit_moved,
+        "dependency_bump": bool(moves) and not commit_moved,
+        "text": "; ".join(parts),
+    }
 
 
 # -- acknowledgements against the flagged changes -----------------------------------------------
-def apply(acks: list[Acknowledgement], entries: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def apply(
+    acks: list[Acknowledgement], entries: list[dict[str, Any]], runs: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Mark each flagged entry a matching acknowledgement covers (``entry["ack"]``; a covered
     regression's status becomes "acknowledged"); returns the stale acknowledgements, each with
     why it matched nothing. An entry covers a change whose first run away from the baseline is
@@ -211,12 +253,16 @@ def apply(acks: list[Acknowledgement], entries: list[dict[str, Any]], runs: list
         elif not matching:
             why = "matches no series of the history (check the case, profile, check and metric names)"
         elif not flagged:
-            why = (f"none of its {len(matching)} series moved beyond the margin in the latest run (the change is "
-                   f"in the baseline now, or it did not happen): remove the entry")
+            why = (
+                f"none of its {len(matching)} series moved beyond the margin in the latest run (the change is "
+                f"in the baseline now, or it did not happen): remove the entry"
+            )
         else:
             starts = sorted({f"run {e['moved']['to_run']}" for e in flagged})
-            why = (f"the matching change(s) started at {', '.join(starts)}, not at its {ack.since} (run {start}): "
-                   f"a different change")
+            why = (
+                f"the matching change(s) started at {', '.join(starts)}, not at its {ack.since} (run {start}): "
+                f"a different change"
+            )
         stale.append({**ack.describe(), "why": why})
     return stale
 
@@ -254,9 +300,11 @@ def _rows(entries: list[dict[str, Any]], extra: str | None = None) -> list[str]:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for e in entries:
         direction = "lower" if e["lower_is_better"] else "higher"
-        row = (f"| {_cell(e['case'])} [{_cell(e['profile'])}] {_cell(e['check'])} {_code(e['metric'])} ({direction} is "
-               f"better) | {_num(e['latest'])} | {_num(e['baseline'])} | {_change(e)} | {_cell(e['moved']['text'])} | "
-               f"{_code(e['repro']) if e.get('repro') else ''} |")
+        row = (
+            f"| {_cell(e['case'])} [{_cell(e['profile'])}] {_cell(e['check'])} {_code(e['metric'])} ({direction} is "
+            f"better) | {_num(e['latest'])} | {_num(e['baseline'])} | {_change(e)} | {_cell(e['moved']['text'])} | "
+            f"{_code(e['repro']) if e.get('repro') else ''} |"
+        )
         if extra:
             ack = e.get("ack") or {}
             reason = _cell(ack.get("reason"))
@@ -272,26 +320,43 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     first, then acknowledged changes, improvements and stale acknowledgements."""
     latest = summary.get("latest") or {}
     lines = ["## wrapq nightly accuracy", ""]
-    lines.append(f"- {summary['runs']} runs, {summary['series']} series; latest run {latest.get('id', '-')} "
-                 f"(commit {_code(_short(latest.get('commit')))}, {_cell(latest.get('started_at') or '?')}); baseline: "
-                 f"median of the previous {summary['window']} runs; flagged beyond {summary['margin']:.0%}")
+    lines.append(
+        f"- {summary['runs']} runs, {summary['series']} series; latest run {latest.get('id', '-')} "
+        f"(commit {_code(_short(latest.get('commit')))}, {_cell(latest.get('started_at') or '?')}); baseline: "
+        f"median of the previous {summary['window']} runs; flagged beyond {summary['margin']:.0%}"
+    )
     if summary.get("versions_moved"):
         lines.append(f"- {_cell(summary['versions_moved'])} (latest run against its baseline window)")
     if summary.get("acknowledgements_file"):
-        lines.append(f"- acknowledgements: {_code(str(summary['acknowledgements_file']))} "
-                     f"({summary.get('acknowledgements_count', 0)} entries)")
+        lines.append(
+            f"- acknowledgements: {_code(str(summary['acknowledgements_file']))} "
+            f"({summary.get('acknowledgements_count', 0)} entries)"
+        )
     regressions = summary["regression_entries"]
-    lines += ["", f"**{len(regressions)} unacknowledged regression(s)**" if regressions else "**no unacknowledged regression**", ""]
-    sections = [("Regressions", regressions, None), ("Acknowledged", summary["acknowledged_entries"], "reason"),
-                ("Improvements", summary["improvement_entries"], None)]
+    lines += [
+        "",
+        f"**{len(regressions)} unacknowledged regression(s)**" if regressions else "**no unacknowledged regression**",
+        "",
+    ]
+    sections = [
+        ("Regressions", regressions, None),
+        ("Acknowledged", summary["acknowledged_entries"], "reason"),
+        ("Improvements", summary["improvement_entries"], None),
+    ]
     for title, entries, extra in sections:
         if entries:
             lines += [f"### {title} ({len(entries)})", "", *_rows(entries, extra), ""]
     if summary.get("stale"):
-        lines += [f"### Stale acknowledgements ({len(summary['stale'])})", "",
-                  "| entry | series | since | reason | why stale |", "|---|---|---|---|---|"]
+        lines += [
+            f"### Stale acknowledgements ({len(summary['stale'])})",
+            "",
+            "| entry | series | since | reason | why stale |",
+            "|---|---|---|---|---|",
+        ]
         for s in summary["stale"]:
-            lines.append(f"| {s['index']} | {_cell(s['series'])} | {_cell(s['since'])} | {_cell(s['reason'])} | "
-                         f"{_cell(s['why'])} |")
+            lines.append(
+                f"| {s['index']} | {_cell(s['series'])} | {_cell(s['since'])} | {_cell(s['reason'])} | "
+                f"{_cell(s['why'])} |"
+            )
         lines.append("")
     return "\n".join(lines)

@@ -30,10 +30,18 @@ def case_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for rec in doc.get("results", []):
         key = (rec.get("case") or rec["nodeid"], rec.get("profile") or "")
-        row = rows.setdefault(key, {
-            "case": key[0], "profile": key[1], "family": rec.get("family") or "?", "checks": {},
-            "file": rec["nodeid"].split("::")[0], "seconds": 0.0, "timings": {},
-        })
+        row = rows.setdefault(
+            key,
+            {
+                "case": key[0],
+                "profile": key[1],
+                "family": rec.get("family") or "?",
+                "checks": {},
+                "file": rec["nodeid"].split("::")[0],
+                "seconds": 0.0,
+                "timings": {},
+            },
+        )
         row["checks"][rec.get("check") or "<definition>"] = rec
         row["seconds"] += float(rec.get("duration") or 0.0)
         for stage, secs in (rec.get("stage_timings") or {}).items():
@@ -42,13 +50,17 @@ def case_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     for row in rows.values():
         row["status"] = _worst([r["outcome"] for r in row["checks"].values()])
         row["headline"] = headline_values(row["checks"], columns)
-        row["wrappers"] = next((r["wrapper_coverage"] for r in row["checks"].values()
-                                if isinstance(r.get("wrapper_coverage"), dict)), None)
+        row["wrappers"] = next(
+            (r["wrapper_coverage"] for r in row["checks"].values() if isinstance(r.get("wrapper_coverage"), dict)), None
+        )
         base = f"{row['file']}::{row['case']}[{row['profile']}]" if row["profile"] else row["file"]
         row["rerun"] = f"./scripts/env.sh pytest '{base}'"
         row["anchor"] = f"{row['case']}-{row['profile']}".replace("[", "").replace("]", "")
         out.append(row)
-    return sorted(out, key=lambda r: (STATUS_ORDER.index(r["status"]) if r["status"] in STATUS_ORDER else 0, r["case"], r["profile"]))
+    return sorted(
+        out,
+        key=lambda r: (STATUS_ORDER.index(r["status"]) if r["status"] in STATUS_ORDER else 0, r["case"], r["profile"]),
+    )
 
 
 def _fragments(env: jinja2.Environment, checks: dict[str, Any]) -> dict[str, jinja2.Template]:
@@ -62,8 +74,10 @@ def _fragments(env: jinja2.Environment, checks: dict[str, Any]) -> dict[str, jin
         try:
             compiled[name] = env.from_string(source)
         except jinja2.TemplateError as exc:
-            compiled[name] = env.from_string("<p class=\"failed\">report fragment of {{ check }} does not compile: "
-                                             "{{ error }}</p>", globals={"check": name, "error": str(exc)})
+            compiled[name] = env.from_string(
+                '<p class="failed">report fragment of {{ check }} does not compile: {{ error }}</p>',
+                globals={"check": name, "error": str(exc)},
+            )
     return compiled
 
 
@@ -88,7 +102,7 @@ def _env() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["num"] = lambda v: (f"{v:.4g}" if isinstance(v, float) else ("" if v is None else v))
+    env.filters["num"] = lambda v: f"{v:.4g}" if isinstance(v, float) else ("" if v is None else v)
     env.filters["scatter"] = lambda points: Markup(svg.scatter(points or []))
     env.filters["histogram"] = lambda h: Markup(svg.histogram((h or {}).get("edges", []), (h or {}).get("counts", [])))
     env.filters["bars"] = lambda items: Markup(svg.bars(items or [], label="gain with the site off"))
@@ -112,12 +126,21 @@ def render_report(doc: dict[str, Any]) -> str:
         try:
             return Markup(template.render(rec=rec))
         except Exception as exc:  # noqa: BLE001 - one check's fragment must not lose the report
-            return Markup(f'<p class="failed">report fragment of {Markup.escape(name)} failed: '
-                          f'{Markup.escape(type(exc).__name__)}: {Markup.escape(str(exc))}</p>')
+            return Markup(
+                f'<p class="failed">report fragment of {Markup.escape(name)} failed: '
+                f"{Markup.escape(type(exc).__name__)}: {Markup.escape(str(exc))}</p>"
+            )
 
     return env.get_template("report.html.j2").render(
-        doc=doc, run=doc.get("run", {}), rows=rows, checks=checks, families=families, statuses=statuses,
-        columns=headline_columns(declared), fragment=fragment, wrapper_rows=wrapper_coverage_rows(doc),
+        doc=doc,
+        run=doc.get("run", {}),
+        rows=rows,
+        checks=checks,
+        families=families,
+        statuses=statuses,
+        columns=headline_columns(declared),
+        fragment=fragment,
+        wrapper_rows=wrapper_coverage_rows(doc),
     )
 
 

@@ -32,12 +32,16 @@ def merge(docs: list[dict[str, Any]], *, allow_mixed: bool = False) -> dict[str,
     for field in ("commit", "golden_set"):
         values = {r.get(field) for r in runs}
         if len(values) > 1 and not allow_mixed:
-            raise MergeError(f"shards differ in {field}: {sorted(map(str, values))}; pass --allow-mixed to merge anyway")
+            raise MergeError(
+                f"shards differ in {field}: {sorted(map(str, values))}; pass --allow-mixed to merge anyway"
+            )
     testbeds = {testbed_id(r.get("platform")): testbed_label(r.get("platform")) for r in runs}
     if len(testbeds) > 1 and not allow_mixed:
-        raise MergeError(f"shards ran on different testbeds: {sorted(testbeds.values())}; their float bits differ, "
-                         f"so merging them would file one shard's numbers under the other's testbed (pass "
-                         f"--allow-mixed to merge anyway; the merged run then records no platform)")
+        raise MergeError(
+            f"shards ran on different testbeds: {sorted(testbeds.values())}; their float bits differ, "
+            f"so merging them would file one shard's numbers under the other's testbed (pass "
+            f"--allow-mixed to merge anyway; the merged run then records no platform)"
+        )
     shards = [r.get("shard") for r in runs]
     if any(shards) and not allow_mixed:
         _check_complete_partition(shards)
@@ -99,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.report.merge", description=__doc__.splitlines()[0])
     parser.add_argument("shards", nargs="+", type=Path)
     parser.add_argument("-o", "--output", type=Path, default=Path("reports/results.json"))
-    parser.add_argument("--allow-mixed", action="store_true", help="merge shards of different commits, golden sets or testbeds")
+    parser.add_argument(
+        "--allow-mixed", action="store_true", help="merge shards of different commits, golden sets or testbeds"
+    )
     args = parser.parse_args(argv)
     try:
         merged = merge([json.loads(p.read_text()) for p in args.shards], allow_mixed=args.allow_mixed)

@@ -55,9 +55,16 @@ class PolicyEntry:
     testbed: str = "*"
 
     def matches(self, case: str, profile: str, check: str, metric: str, testbed: str | None) -> bool:
-        return all(fnmatch.fnmatchcase(value or "", pattern) for value, pattern in
-                   ((case, self.case), (profile, self.profile), (check, self.check), (metric, self.metric),
-                    (testbed, self.testbed)))
+        return all(
+            fnmatch.fnmatchcase(value or "", pattern)
+            for value, pattern in (
+                (case, self.case),
+                (profile, self.profile),
+                (check, self.check),
+                (metric, self.metric),
+                (testbed, self.testbed),
+            )
+        )
 
     @property
     def label(self) -> str:
@@ -82,8 +89,12 @@ def _entry(index: int, raw: Any, where: str) -> PolicyEntry:
         values.append((name, float(value)))
     if not values:
         raise PolicyError(f"{label}: set at least one of {', '.join(KNOBS)}")
-    return PolicyEntry(index=index, reason=raw["reason"].strip(), values=tuple(values),
-                       **{name: raw[name] for name in _PATTERNS if name in raw})
+    return PolicyEntry(
+        index=index,
+        reason=raw["reason"].strip(),
+        values=tuple(values),
+        **{name: raw[name] for name in _PATTERNS if name in raw},
+    )
 
 
 def parse_policies(data: Any, where: str) -> list[PolicyEntry]:
@@ -95,8 +106,12 @@ def load_policies(path: Path) -> list[PolicyEntry]:
     return parse_policies(read_document(path, "policy", PolicyError), str(path))
 
 
-def resolve(declared: dict[str, Any] | None, entries: list[PolicyEntry], default_margin: float,
-            key: tuple[str | None, str, str, str, str]) -> dict[str, Any]:
+def resolve(
+    declared: dict[str, Any] | None,
+    entries: list[PolicyEntry],
+    default_margin: float,
+    key: tuple[str | None, str, str, str, str],
+) -> dict[str, Any]:
     """The effective policy of one series ``(testbed, case, profile, check, metric)``:
     margin, noise_k, abs_floor, and where each came from (``sources``)."""
     testbed, case, profile, check, metric = key
@@ -121,8 +136,11 @@ def describe(policy: dict[str, Any]) -> str:
     """``margin 10% (--margin), 3 x noise (metric)`` -- what judged a series, for hover titles."""
     src = policy.get("sources") or {}
     parts = [f"margin {policy['margin']:.3g} ({src.get('margin', '?')})"]
-    parts.append(f"{policy['noise_k']:.3g} x noise ({src.get('noise_k', '?')})" if policy["noise_k"]
-                 else f"no noise band ({src.get('noise_k', '?')})")
+    parts.append(
+        f"{policy['noise_k']:.3g} x noise ({src.get('noise_k', '?')})"
+        if policy["noise_k"]
+        else f"no noise band ({src.get('noise_k', '?')})"
+    )
     if src.get("abs_floor") not in (None, "metric") or policy["abs_floor"] != DEFAULT["abs_floor"]:
         parts.append(f"floor {policy['abs_floor']:.3g} ({src.get('abs_floor', '?')})")
     return ", ".join(parts)

@@ -44,8 +44,10 @@ def scatter(points: list[list[float]], label: str = "fp vs quant") -> str:
     hi = max(max(x, y) for x, y in pts)
     sx, sy = _scale(lo, hi, PAD, W - 6), _scale(lo, hi, H - PAD, 6)
     body = _axes(lo, hi, lo, hi, "reference (fp)", "quantized")
-    body.append(f'<line class="identity" x1="{sx(lo):.1f}" y1="{sy(lo):.1f}" x2="{sx(hi):.1f}" y2="{sy(hi):.1f}" '
-                'stroke="#d33" stroke-dasharray="4 3"/>')
+    body.append(
+        f'<line class="identity" x1="{sx(lo):.1f}" y1="{sy(lo):.1f}" x2="{sx(hi):.1f}" y2="{sy(hi):.1f}" '
+        'stroke="#d33" stroke-dasharray="4 3"/>'
+    )
     body += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="1.8" fill="#2a6fdb" fill-opacity="0.6"/>' for x, y in pts]
     return _svg(body, label, "scatter")
 
@@ -59,8 +61,10 @@ def histogram(edges: list[float], counts: list[int], label: str = "error histogr
     body = _axes(edges[0], edges[-1], 0, top, "quant - fp", "count")
     for i, c in enumerate(counts):
         x0, x1 = sx(edges[i]), sx(edges[i + 1])
-        body.append(f'<rect x="{x0:.1f}" y="{sy(c):.1f}" width="{max(x1 - x0 - 1, 1):.1f}" '
-                    f'height="{(H - PAD) - sy(c):.1f}" fill="#5a9"/>')
+        body.append(
+            f'<rect x="{x0:.1f}" y="{sy(c):.1f}" width="{max(x1 - x0 - 1, 1):.1f}" '
+            f'height="{(H - PAD) - sy(c):.1f}" fill="#5a9"/>'
+        )
     return _svg(body, label, "histogram")
 
 
@@ -96,12 +100,16 @@ def bars(items: list[list], label: str = "ranked bars", unit: str = "dB") -> str
         y = 4 + i * row_h
         short = name if len(name) <= 26 else "\u2026" + name[-25:]
         body.append(f'<text x="{left - 4}" y="{y + 11}" font-size="9" text-anchor="end">{html.escape(short)}</text>')
-        body.append(f'<rect x="{left}" y="{y + 2}" width="{max(sx(max(v, 0.0)) - left, 0.5):.1f}" height="{row_h - 4}" '
-                    f'fill="#2a6fdb"><title>{html.escape(name)}: {v:.3g} {html.escape(unit)}</title></rect>')
+        body.append(
+            f'<rect x="{left}" y="{y + 2}" width="{max(sx(max(v, 0.0)) - left, 0.5):.1f}" height="{row_h - 4}" '
+            f'fill="#2a6fdb"><title>{html.escape(name)}: {v:.3g} {html.escape(unit)}</title></rect>'
+        )
         body.append(f'<text x="{sx(max(v, 0.0)) + 3:.1f}" y="{y + 11}" font-size="9">{v:.3g}</text>')
     body.append(f'<text x="{left}" y="{height - 2}" font-size="10">{html.escape(label)} ({html.escape(unit)})</text>')
-    return (f'<svg class="bars" role="img" aria-label="{html.escape(label)}" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">' + "".join(body) + "</svg>")
+    return (
+        f'<svg class="bars" role="img" aria-label="{html.escape(label)}" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">' + "".join(body) + "</svg>"
+    )
 
 
 def sparkline(values: list[float | None], flagged: bool = False, width: int = 100, height: int = 16) -> str:
@@ -109,7 +117,7 @@ def sparkline(values: list[float | None], flagged: bool = False, width: int = 10
     relative steps, runs of equal height as one horizontal segment, a gap where a run has no
     value, the last point marked. Size and colours come from the page's CSS (``svg.spark``; the
     ``flagged`` class draws it red)."""
-    values = values[-(width - 2):]
+    values = values[-(width - 2) :]
     pts = [(i, float(v)) for i, v in enumerate(values) if v is not None and math.isfinite(float(v))]
     if not pts:
         return ""
@@ -136,5 +144,4 @@ def sparkline(values: list[float | None], flagged: bool = False, width: int = 10
         parts.append(f"h{flat}")
     x, y = pts[-1][0] + 1, sy(pts[-1][1])
     cls = "spark flagged" if flagged else "spark"
-    return (f'<svg class="{cls}"><path class="trendline" d="{"".join(parts)}"/>'
-            f'<circle cx="{x}" cy="{y}" r="1.5"/></svg>')
+    return f'<svg class="{cls}"><path class="trendline" d="{"".join(parts)}"/><circle cx="{x}" cy="{y}" r="1.5"/></svg>'

@@ -17,8 +17,17 @@ from __future__ import annotations
 
 import torch
 
-from harness import Built, Case, CaseInputs, Expected, RotaryCapability, RotaryTables, Sample, whole_module_export
-from harness import unwrap
+from harness import (
+    Built,
+    Case,
+    CaseInputs,
+    Expected,
+    RotaryCapability,
+    RotaryTables,
+    Sample,
+    unwrap,
+    whole_module_export,
+)
 
 # The tiny Qwen3-VL vision config the in-tree qwen3_vl cases use: head_dim 16, so 4
 # inverse frequencies per spatial axis; spatial merge 2.

@@ -16,7 +16,6 @@ from typing import Iterable, Optional
 
 import torch
 import torch.nn as nn
-
 from tico.quantization.config.ptq import PTQConfig
 from tico.quantization.wrapq.wrappers.quant_module_base import QuantModuleBase
 from tico.quantization.wrapq.wrappers.registry import try_register
@@ -27,7 +26,7 @@ def axial_inv_freq(theta: float, head_dim: int) -> torch.Tensor:
     w, and each half pairs its channels, so ``head_dim // 4`` frequencies per axis."""
     axis_dim = head_dim // 2
     exponents = torch.arange(0, axis_dim, 2, dtype=torch.float32) / axis_dim
-    return 1.0 / (theta ** exponents)
+    return 1.0 / (theta**exponents)
 
 
 @try_register("transformers.models.qwen3_vl.modeling_qwen3_vl.Qwen3VLVisionRotaryEmbedding")

@@ -1,0 +1,151 @@
+"""The parts of a case: what its builder returns (``Sample``, ``CaseInputs``, ``Built``) and what
+it can offer beyond its module and inputs, each switching on the checks that need it (an export
+adapter, rotary tables, attention-mask probes, a language-model head, a rotation handoff). A check
+whose capability a case lacks is not applicable there, never silently passed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One forward call of the module under test.
+
+    ``valid_tokens`` marks which output positions carry meaning (False on padding), shaped
+    like the output's leading (batch, sequence) dims. Comparisons are restricted to it.
+    """
+
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    valid_tokens: torch.Tensor | None = None
+
+    def call(self, module: torch.nn.Module) -> Any:
+        return module(*self.args, **dict(self.kwargs))
+
+
+@dataclass(frozen=True)
+class CaseInputs:
+    """Calibration samples and named evaluation samples ("default" is required)."""
+
+    calibration: tuple[Sample, ...]
+    evaluation: Mapping[str, Sample]
+
+    def __post_init__(self) -> None:
+        if "default" not in self.evaluation:
+            raise ValueError("evaluation inputs must include a 'default' sample")
+        if not self.calibration:
+            raise ValueError("at least one calibration sample is required")
+
+
+@dataclass
+class Built:
+    """What a case builder returns: the seeded reference module, its inputs, and free-form
+    facts the case's capabilities need later (configs, grids, position ids)."""
+
+    module: torch.nn.Module
+    inputs: CaseInputs
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExportCapability:
+    """How to obtain the static export adapter for one evaluation sample.
+
+    ``adapter(root, sample, built)`` receives a private copy of the wrapped model (the
+    pipeline copies it, since adapters may register buffers on the wrapper) and returns the
+    module that ``torch.export`` would trace; ``args(sample)`` gives its positional inputs.
+    """
+
+    adapter: Callable[[torch.nn.Module, Sample, Built], torch.nn.Module]
+    args: Callable[[Sample], tuple]
+    samples: tuple[str, ...] = ("default",)
+    # False when the module itself is exported (no adapter factory that could refuse CALIB).
+    refuses_calib: bool = True
+    # Export contract probes (optional; a missing one is reported as not checked):
+    # ask the wrapper for an export mode it does not support -- must raise;
+    unsupported_mode: Callable[[torch.nn.Module, Sample, Built], Any] | None = None
+    # positional inputs that contradict the adapter's fixed profile -- running them must raise.
+    contradicting_args: Callable[[Sample, Built], tuple] | None = None
+    # Why the wrapper builds its adapter in QUANT mode only (None: NO_QUANT must work too); the
+    # NO_QUANT half of dynamic_vs_export is then not compared, and the reason is noted.
+    quant_only: str | None = None
+
+
+def whole_module_export(
+    args: Callable[[Sample], tuple] = lambda sample: sample.args, **kwargs: Any
+) -> ExportCapability:
+    """Export the wrapped module itself (no static adapter): there is no adapter factory that
+    could refuse CALIB mode, so that probe is off."""
+    return ExportCapability(adapter=lambda root, sample, built: root, args=args, refuses_calib=False, **kwargs)
+
+
+@dataclass(frozen=True)
+class RotaryTables:
+    """A wrapper's cos/sin next to Hugging Face's for the same positions."""
+
+    label: str
+    wrapper: tuple[torch.Tensor, torch.Tensor]
+    reference: tuple[torch.Tensor, torch.Tensor]
+    valid_tokens: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class RotaryCapability:
+    """``tables(wrapped_noquant, reference_module, built)`` -> list of RotaryTables."""
+
+    tables: Callable[[torch.nn.Module, torch.nn.Module, Built], list[RotaryTables]]
+
+
+@dataclass(frozen=True)
+class MaskProbe:
+    """An additive attention mask the wrapper produced, with the truth to judge it by.
+
+    By default a (query, key) pair is allowed when both tokens are valid (bidirectional
+    attention with padding). ``allowed`` (B, S_q, S_k) bool overrides that, e.g. for causal
+    masks; ``valid_tokens`` then marks the query rows that must see at least one key."""
+
+    label: str
+    mask: torch.Tensor
+    valid_tokens: torch.Tensor
+    fill_value: float
+    allowed: torch.Tensor | None = None
+
+    def allowed_pairs(self) -> torch.Tensor:
+        if self.allowed is not None:
+            return self.allowed.to(torch.bool)
+        valid = self.valid_tokens.to(torch.bool)
+        return valid[:, :, None] & valid[:, None, :]
+
+
+@dataclass(frozen=True)
+class MaskCapability:
+    """``probes(wrapped_noquant, built)`` -> list of MaskProbe."""
+
+    probes: Callable[[torch.nn.Module, Built], list[MaskProbe]]
+
+
+@dataclass(frozen=True)
+class LanguageModelCapability:
+    """The case's output is next-token logits over a vocabulary: ``token_ids(sample)`` gives the
+    (B, S) token ids the logits at each position predict the successor of (the sample's
+    ``valid_tokens`` marks real tokens; padding is neither predicted nor a target)."""
+
+    token_ids: Callable[[Sample], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class RotationHandoffCapability:
+    """The case's float module is what a rotation algorithm (SpinQuant) made of
+    ``original(built)``, the float module before it; wrapq PTQ follows (the rotation_handoff
+    check). ``to_original(output, built)`` maps the case module's output into the original's
+    basis (None: the outputs must agree as they are); ``claimed_sites(path)`` selects the
+    fake-quant sites where the algorithm claims a lower quantization error (None: no claim)."""
+
+    algorithm: str
+    original: Callable[[Built], torch.nn.Module]
+    to_original: Callable[[torch.Tensor, Built], torch.Tensor] | None = None
+    claimed_sites: Callable[[str], bool] | None = None
