@@ -208,6 +208,22 @@ def for_this_tico(expectation: Expected) -> Expected | None:
     return Expected(parts=parts) if parts else None
 
 
+def without_absent_newer(expectation: Expected, statuses: Mapping[str, str]) -> Expected | None:
+    """``expectation`` without the parts of findings a newer tico brought (``since``) that do not
+    occur on this run (``statuses`` by part label): on a tico without them they are neither open nor
+    fixed. The same object when nothing is dropped; None when nothing is left."""
+    reg = registry()
+    absent = {
+        part.label
+        for part in expectation.parts
+        if part.finding in reg.findings and reg.findings[part.finding].since and statuses.get(part.label) == "fixed"
+    }
+    if not absent:
+        return expectation
+    parts = tuple(part for part in expectation.parts if part.label not in absent)
+    return Expected(parts=parts) if parts else None
+
+
 def _expand(patterns: Iterable[str], probes: tuple[str, ...]) -> tuple[str, ...]:
     out: list[str] = []
     for pattern in patterns:

@@ -291,3 +291,15 @@ def test_a_finding_a_newer_tico_brought_is_not_expected_on_the_recorded_one(monk
     assert findings.for_this_tico(expect(newer.id)) is None
     monkeypatch.setattr(findings, "recorded_here", lambda: False)
     assert findings.for_this_tico(both).findings == ("rotate-half-two-qparams", newer.id)
+
+
+def test_a_newer_finding_absent_on_another_tico_is_neither_open_nor_fixed():
+    from harness import findings
+
+    newer = expect("llama-decoder-float-residual-stream")
+    both = expect("rotate-half-two-qparams", check="qparam_consistency") + newer
+    statuses = {"finding rotate-half-two-qparams": "occurs", "finding llama-decoder-float-residual-stream": "fixed"}
+    assert findings.without_absent_newer(both, statuses).findings == ("rotate-half-two-qparams",)
+    assert findings.without_absent_newer(newer, {"finding llama-decoder-float-residual-stream": "fixed"}) is None
+    occurring = {"finding llama-decoder-float-residual-stream": "occurs"}
+    assert findings.without_absent_newer(newer, occurring) is newer
