@@ -23,11 +23,28 @@ from harness.items import CheckItem
 from harness.session import state_of
 
 
+def import_root(directory: Path) -> Path:
+    """The directory a case directory's modules import from: above its outermost package (the
+    directory itself when it is no package), so a wrapper package beside the cases imports too."""
+    root = directory.resolve()
+    while (root / "__init__.py").is_file():
+        root = root.parent
+    return root
+
+
 def _import_case_module(path: Path, rootpath: Path) -> Any:
-    rel = path.resolve().relative_to(rootpath.resolve()).with_suffix("")
-    if str(rootpath) not in sys.path:
-        sys.path.insert(0, str(rootpath))
-    return importlib.import_module(".".join(rel.parts))
+    path = path.resolve()
+    root = rootpath.resolve() if path.is_relative_to(rootpath.resolve()) else import_root(path.parent)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    name = ".".join(path.relative_to(root).with_suffix("").parts)
+    module = importlib.import_module(name)
+    if Path(module.__file__ or "").resolve() != path:
+        raise ImportError(
+            f"{path} imports as module {name!r}, which is already {module.__file__}: rename the "
+            f"file or its package (case directories outside the project must not reuse its names)"
+        )
+    return module
 
 
 class CaseFile(pytest.File):

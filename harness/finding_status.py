@@ -6,9 +6,9 @@ same function serves the terminal, results.json, the report, ``python -m harness
 
 from __future__ import annotations
 
-import shlex
 from typing import Any, Iterable
 
+from harness import rerun
 from harness.findings import FindingsError, api_change_of, registry
 
 OPEN, FIXED, NEW = "open", "fixed", "new"
@@ -20,8 +20,7 @@ def _where(record: dict[str, Any]) -> str:
 
 
 def reproduce_command(nodeid: str, tico: str | None = None) -> str:
-    prefix = f"WRAPQ_TICO={shlex.quote(tico)} " if tico else ""
-    return f"{prefix}./scripts/env.sh pytest {shlex.quote(nodeid)}"
+    return rerun.command(nodeid, tico=tico)
 
 
 def item_lines(record: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from filelock import FileLock
 
+from harness import rerun
 from harness.overhead import overhead
 from harness.results import atomic_write_bytes, atomic_write_text
 
@@ -39,7 +40,7 @@ def paths(golden_dir: Path, case: str, profile: str) -> tuple[Path, Path]:
 
 
 def update_command(nodeid: str) -> str:
-    return f"./scripts/env.sh pytest '{nodeid}' --update-golden"
+    return rerun.command(nodeid, extra="--update-golden")
 
 
 STAGING = ".staged"

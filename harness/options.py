@@ -37,6 +37,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "on the tico findings/tico.toml was recorded for; elsewhere it is reported fixed)",
     )
     group.addoption(
+        "--wrapq-cases-dir",
+        dest="wrapq_cases_dirs",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="a directory of case modules outside the project's wrapq_cases_dir (repeatable); its package root "
+        "goes on the path, so the case can import a wrapper package beside it. Without path arguments only these "
+        "directories are collected",
+    )
+    group.addoption(
         "--baseline",
         dest="wrapq_baseline",
         default=None,
@@ -144,8 +154,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini(
         "wrapq_cases_dir",
-        "directories (relative to rootdir, one per line) holding case modules; out-of-tree wrapper "
-        "packages add their own case directory here",
+        "directories (relative to rootdir, one per line) holding case modules; a directory elsewhere "
+        "can be given per run with --wrapq-cases-dir DIR",
         type="linelist",
         default=["cases"],
     )
@@ -158,7 +168,14 @@ def run_settings(config: pytest.Config, run_id: str) -> RunSettings:
     from harness.golden import staging_dir
 
     chosen = config.getoption("wrapq_golden_dir")
-    golden_dir = Path(chosen).resolve() if chosen else config.rootpath / "golden"
+    given = config.getoption("wrapq_cases_dirs") or []
+    if chosen:
+        golden_dir = Path(chosen).resolve()
+    elif given and _only_given_dirs_run(config, given):
+        # only the given case directories run: their goldens live beside them, not in the project
+        golden_dir = (config.invocation_params.dir / Path(given[0]).expanduser()).resolve() / "golden"
+    else:
+        golden_dir = config.rootpath / "golden"
     baseline = config.getoption("wrapq_baseline")
     return RunSettings(
         run_id=run_id,
@@ -171,6 +188,15 @@ def run_settings(config: pytest.Config, run_id: str) -> RunSettings:
         circle_cache_dir=circle_cache_dir(config),
         export_cache_dir=export_cache_dir(config),
     )
+
+
+def _only_given_dirs_run(config: pytest.Config, given: list[str]) -> bool:
+    """No path arguments (the given directories replace testpaths), or every one inside them."""
+    if config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        return True
+    dirs = [(config.invocation_params.dir / Path(d).expanduser()).resolve() for d in given]
+    paths = [(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args]
+    return bool(paths) and all(any(path.is_relative_to(d) for d in dirs) for path in paths)
 
 
 def report_dir(config: pytest.Config) -> Path:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from harness import compat
+from harness import compat, rerun
 from harness.checks import all_checks
 from harness.collection import CaseFile
 from harness.items import CAPABILITY_MARKERS, CheckItem, register_marker
@@ -76,6 +76,10 @@ def pytest_configure(config: pytest.Config) -> None:
     checks = all_checks(check for found in config.hook.pytest_wrapq_checks(config=config) for check in found)
     state = SessionState(config, checks)
     config.stash[STATE] = state
+    rerun.configure(state.given_cases_dirs)
+    if state.given_cases_dirs and config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        # --wrapq-cases-dir without path arguments: run those cases, not the project's testpaths.
+        config.args = [str(d) for d in state.given_cases_dirs]
     for check in checks:
         register_marker(config, check.name, f"the {check.name} check of every case")
     register_marker(config, "sweep", "every variant of a swept case (Case.sweep); sweep(axis=value) selects by value")
@@ -129,6 +133,28 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = keep
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A selection that finds nothing because it points outside every case directory is a usage
+    error that says so, not a quiet "no tests ran"."""
+    if session.items:
+        return
+    config = session.config
+    state = state_of(config)
+    dirs = ", ".join(str(d) for d in state.cases_dirs)
+    hint = "a case directory elsewhere is given with --wrapq-cases-dir=DIR (or listed under wrapq_cases_dir)"
+    outside = [
+        arg
+        for arg in config.args
+        if (path := (config.invocation_params.dir / arg.split("::")[0]).resolve()).exists()
+        and not any(path == d or path.is_relative_to(d) or d.is_relative_to(path) for d in state.cases_dirs)
+    ]
+    if outside:
+        raise pytest.UsageError(f"{', '.join(outside)} lies outside every case directory ({dirs}); {hint}")
+    keyword = config.getoption("keyword")
+    if keyword:
+        raise pytest.UsageError(f"-k {keyword!r} matches no item of the case directories ({dirs}); {hint}")
 
 
 def _group_id(item: pytest.Item) -> str | None:

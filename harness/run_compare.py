@@ -14,11 +14,11 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import rerun
 from harness.drift import headline
 from harness.results import same_release
 
@@ -96,7 +96,7 @@ def describe_versions(diffs: list[tuple[str, str | None, str | None]]) -> str:
 
 # -- comparison ---------------------------------------------------------------------------------
 def repro(nodeid: str) -> str:
-    return f"./scripts/env.sh pytest {shlex.quote(nodeid)}"
+    return rerun.command(nodeid)
 
 
 @dataclass

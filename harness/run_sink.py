@@ -44,7 +44,9 @@ class RunSink:
             try:
                 prefixes.append(cases_dir.relative_to(config.rootpath).as_posix() + "/")
             except ValueError:
-                prefixes.append(cases_dir.as_posix() + "/")
+                # outside the project (--wrapq-cases-dir): pytest names its items from the directory
+                # itself, and only case items are collected from it
+                prefixes.append("")
         self.collector = ResultCollector(case_nodeid_prefixes=tuple(prefixes))
         self.goldens_rewritten: list[str] = []
         self.orphan_goldens: list[str] = []

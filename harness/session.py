@@ -5,6 +5,7 @@ in ``config.stash[STATE]``."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,17 @@ class SessionState:
     def __init__(self, config: pytest.Config, checks: list[Check]):
         self.config = config
         self.checks = checks
-        self.cases_dirs = [(config.rootpath / d).resolve() for d in config.getini("wrapq_cases_dir")]
+        configured = [(config.rootpath / d).resolve() for d in config.getini("wrapq_cases_dir")]
+        # --wrapq-cases-dir: relative to where pytest was invoked, as a path argument would be
+        given = [
+            (config.invocation_params.dir / Path(d).expanduser()).resolve()
+            for d in config.getoption("wrapq_cases_dirs") or []
+        ]
+        missing = [str(d) for d in given if not d.is_dir()]
+        if missing:
+            raise pytest.UsageError(f"--wrapq-cases-dir: no such directory: {', '.join(missing)}")
+        self.given_cases_dirs = given
+        self.cases_dirs = configured + [d for d in given if d not in configured]
         self.profiles: list[str] = config.getoption("wrapq_profiles") or [DEFAULT_PROFILE]
         self.sweep_mode: str = config.getoption("wrapq_sweep")
         self.is_worker = hasattr(config, "workerinput")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import comparison_report, run_compare
+from harness import comparison_report, rerun, run_compare
 from harness.__main__ import main
 from tests.report_fixture import HOSTILE, results_doc
 
@@ -73,19 +73,19 @@ def test_seeded_defect_lists_changed_items_first_with_repro_and_exits_1(tmp_path
     assert verdicts < metrics
     verdict_part, metric_part = out[verdicts:metrics], out[metrics:]
     assert GOLDEN in verdict_part and "passed -> failed (regressed)" in verdict_part
-    assert f"./scripts/env.sh pytest '{GOLDEN}'" in verdict_part
+    assert rerun.command(GOLDEN) in verdict_part
     assert "seeded: golden output drifted by 3 steps" in verdict_part
     peir_row = next(line for line in metric_part.splitlines() if ACCURACY in line and " peir " in line)
     assert peir_row.startswith("WORSE") and "+60.0%" in peir_row and "lower is better" in peir_row
-    assert f"./scripts/env.sh pytest '{ACCURACY}'" in peir_row
+    assert rerun.command(ACCURACY) in peir_row
     # nothing else moved: the other metrics and items are not listed
     assert metric_part.count("WORSE") == 1 and "sqnr_db" not in metric_part
     text = md.read_text()
     assert text.index("### Verdict changes") < text.index(f"`{GOLDEN}`") < text.index("### Metric moves beyond 10%")
-    assert f"`./scripts/env.sh pytest '{ACCURACY}'`" in text
+    assert f"`{rerun.command(ACCURACY)}`" in text
     page = html.read_text()
     assert "default-src 'none'" in page and page.index('id="verdicts"') < page.index('id="metrics"')
-    assert f"./scripts/env.sh pytest &#39;{GOLDEN}&#39;" in page
+    assert rerun.command(GOLDEN).replace("'", "&#39;") in page
 
 
 def test_direction_comes_from_the_declarations(tmp_path):
@@ -292,7 +292,7 @@ def test_real_runs_compare(real_results, tmp_path, capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     first_row = lines[lines.index("verdict changes:") + 3]
-    assert first_row.startswith("WORSE") and golden in first_row and f"./scripts/env.sh pytest '{golden}'" in first_row
+    assert first_row.startswith("WORSE") and golden in first_row and rerun.command(golden) in first_row
     peir_row = next(line for line in lines if accuracy in line and " peir " in line)
     assert "+25.0%" in peir_row and out.index(golden) < out.index(peir_row)
     # the direction came from the real run's declarations, not from the test

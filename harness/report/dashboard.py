@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from harness import rerun
 from harness.report import alerts, svg
 from harness.report import policy as policy_mod
 from harness.report.history import CHART_RUNS, NOISE_FLOOR_REL, NOISE_RUNS, connect, testbed_label
@@ -216,7 +216,7 @@ def dashboard(
             "policy": pol,
             "latest_run": present[-1][0],
             "nodeid": nodeid,
-            "repro": f"./scripts/env.sh pytest {shlex.quote(nodeid)}" if nodeid else None,
+            "repro": rerun.command(nodeid) if nodeid else None,
         }
         entries.append(entry)
         tb["entries"].append(entry)

@@ -12,6 +12,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from harness import rerun
 from harness.headline import headline_columns, headline_values
 from harness.report import svg
 from harness.results import atomic_write_text
@@ -54,7 +55,7 @@ def case_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
             (r["wrapper_coverage"] for r in row["checks"].values() if isinstance(r.get("wrapper_coverage"), dict)), None
         )
         base = f"{row['file']}::{row['case']}[{row['profile']}]" if row["profile"] else row["file"]
-        row["rerun"] = f"./scripts/env.sh pytest '{base}'"
+        row["rerun"] = rerun.command(base)
         row["anchor"] = f"{row['case']}-{row['profile']}".replace("[", "").replace("]", "")
         out.append(row)
     return sorted(

@@ -1,0 +1,60 @@
+"""A wrapper author's case outside the project: --wrapq-cases-dir collects and runs it without
+editing any project file, its goldens live beside it, every command the run prints reruns it, and a
+selection that points outside every case directory is a usage error that says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pytest(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", *args],
+        cwd=REPO,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_a_case_directory_outside_the_project_runs_green_in_two_runs(tmp_path):
+    cases = tmp_path / "my_cases"
+    cases.mkdir()
+    (cases / "outside_case.py").write_text((REPO / "tests" / "data" / "outside_case.py").read_text())
+    project_goldens = sorted(p.name for p in (REPO / "golden").iterdir())
+
+    first = _pytest(f"--wrapq-cases-dir={cases}", f"--wrapq-report-dir={tmp_path / 'r1'}")
+    assert (tmp_path / "r1" / "results.json").is_file(), first.stdout[-2000:] + first.stderr[-2000:]
+    records = json.loads((tmp_path / "r1" / "results.json").read_text())["results"]
+    assert {r["case"] for r in records} == {"outside_linear"}  # only the given directory ran
+    assert [r["check"] for r in records if r["outcome"] == "failed"] == ["golden"], first.stdout[-3000:]
+    command = next(line for line in first.stdout.splitlines() if "create it with: " in line).split("create it with: ")[
+        1
+    ]
+    assert command.startswith(f"./scripts/env.sh pytest --wrapq-cases-dir={cases} -k ")
+
+    args = shlex.split(command.removeprefix("./scripts/env.sh pytest "))
+    _pytest(*args, f"--wrapq-report-dir={tmp_path / 'r2'}")
+    assert (cases / "golden" / "outside_linear.tiny.safetensors").is_file()
+    assert sorted(p.name for p in (REPO / "golden").iterdir()) == project_goldens
+
+    second = _pytest(f"--wrapq-cases-dir={cases}", f"--wrapq-report-dir={tmp_path / 'r3'}")
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert "failed" not in second.stdout.splitlines()[-1] and "passed" in second.stdout.splitlines()[-1]
+
+
+def test_a_selection_outside_every_case_directory_says_so(tmp_path):
+    (tmp_path / "lost_case.py").write_text((REPO / "tests" / "data" / "outside_case.py").read_text())
+    done = _pytest("-c", "pyproject.toml", str(tmp_path / "lost_case.py"))
+    assert done.returncode == 4 and "lies outside every case directory" in done.stderr
+    assert "--wrapq-cases-dir=DIR" in done.stderr
+    done = _pytest("-k", "no_case_has_this_name")
+    assert done.returncode == 4 and "matches no item of the case directories" in done.stderr
