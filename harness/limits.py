@@ -27,6 +27,7 @@ import argparse
 import fnmatch
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +106,10 @@ def _limit(metric: dict[str, Any], values: list[float]) -> tuple[float, float]:
 
 
 def propose(
-    runs: list[list[dict]], profile: str, checks: dict[str, dict[str, Any]]
+    runs: list[list[dict]], profile: str, checks: dict[str, dict[str, Any]], every_limit: bool = False
 ) -> dict[str, dict[Field, tuple[float, float, str]]]:
-    """case -> (check, field) -> (limit, worst measured value, metric), for the fields the case gates."""
+    """case -> (check, field) -> (limit, worst measured value, metric), for the fields the case gates;
+    ``every_limit``: for every limit a check declares, gated or not (a new case that sets none)."""
     by_case: dict[str, list[dict]] = {}
     for records in runs:
         for record in records:
@@ -123,6 +125,10 @@ def propose(
             stated = _stated(records, check)
             limit, worst = _limit(metric, values)
             own = metric["limit"]
+            if every_limit:
+                if metric.get("limit_fallback") is None or (check, own) not in fields:
+                    fields[(check, own)] = (limit, worst, metric["name"])
+                continue
             if stated is None or stated.get(own) is not None:
                 fields[(check, own)] = (limit, worst, metric["name"])
                 continue
@@ -178,6 +184,25 @@ def render(proposals: dict[str, dict[Field, tuple[float, float, str]]], profile:
     return json.dumps(table(proposals, profile, run_names), indent=1) + "\n"
 
 
+def settings_block(case: str, fields: dict[Field, tuple[float, float, str]], run_names: list[str]) -> str:
+    """A ready-to-paste ``settings={...}`` for one case: every limit its checks declare, measured."""
+    by_check: dict[str, dict[str, float]] = {}
+    for (check, field), (limit, _, _) in fields.items():
+        by_check.setdefault(check, {})[field] = limit
+    measured = ", ".join(f"{metric} {worst:.4g}" for (_, _), (_, worst, metric) in fields.items())
+    lines = [
+        f"# {case}: measured on {', '.join(run_names)}: {measured}",
+        f"# limits {MARGIN}x the worst (dB metrics {SQNR_MARGIN_DB} dB below it; Circle steps: the count, at "
+        f"least one flip); review, then paste into the Case",
+        "settings={",
+    ]
+    for check, values in by_check.items():
+        body = ", ".join(f'"{field}": {value:g}' for field, value in values.items())
+        lines.append(f'    "{check}": {{{body}}},')
+    lines.append("},")
+    return "\n".join(lines)
+
+
 def write(path: Path, proposed: dict[str, Any]) -> list[str]:
     """Merge ``proposed`` into the data file at ``path``: the proposed cases' entries are replaced,
     every other case's reviewed entry is kept. Returns the cases written."""
@@ -193,7 +218,15 @@ def write(path: Path, proposed: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness limits", description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", required=True)
+    parser.add_argument("--profile", default=None, help="the profile the runs measured (required for --write)")
+    parser.add_argument(
+        "--case",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="print a ready-to-paste settings={...} block with every limit the checks declare for "
+        "this case, gated or not (a new case that sets none); repeatable",
+    )
     parser.add_argument(
         "--write",
         nargs="?",
@@ -211,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
         from harness.checks import all_checks, describe_checks
 
         checks = describe_checks(all_checks())
+    if args.case:
+        return _print_case_blocks(
+            docs, checks, args.case, args.profile or "tiny", [p.parent.name for p in args.results]
+        )
+    if args.profile is None:
+        parser.error("--profile is required (or --case NAME for a new case's settings block)")
     proposals = propose([doc["results"] for doc in docs], args.profile, checks)
     if not proposals:
         print(f"no gated metric of profile {args.profile!r} in {', '.join(map(str, args.results))}")
@@ -227,3 +266,28 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _print_case_blocks(docs: list[dict], checks: dict, cases: list[str], profile: str, run_names: list[str]) -> int:
+    proposals = propose([doc["results"] for doc in docs], profile, checks, every_limit=True)
+    missing = [case for case in cases if case not in proposals]
+    for case in cases:
+        if case in proposals:
+            print(settings_block(case, proposals[case], run_names))
+        counts = {
+            r["metrics"]["observers"]
+            for doc in docs
+            for r in doc["results"]
+            if r.get("case") == case
+            and r.get("profile") == profile
+            and r.get("check") == "observer_use"
+            and isinstance((r.get("metrics") or {}).get("observers"), int)
+        }
+        if len(counts) == 1:
+            print(f"expected_observer_count={counts.pop()},  # observers fed and applied in the measured run")
+    if missing:
+        print(
+            f"no gated metric measured for {', '.join(missing)} at profile {profile!r} in these runs", file=sys.stderr
+        )
+        return 1
+    return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -58,3 +59,31 @@ def test_a_selection_outside_every_case_directory_says_so(tmp_path):
     assert "--wrapq-cases-dir=DIR" in done.stderr
     done = _pytest("-k", "no_case_has_this_name")
     assert done.returncode == 4 and "matches no item of the case directories" in done.stderr
+
+
+def test_limits_for_a_new_case_paste_into_it_and_gate_its_accuracy(tmp_path):
+    cases = tmp_path / "my_cases"
+    cases.mkdir()
+    source = (REPO / "tests" / "data" / "outside_case.py").read_text()
+    # a new case states no limits: its accuracy is measured, not gated
+    bare = re.sub(r"\n\s*settings=\{.*\},", "", source)
+    assert bare != source
+    (cases / "outside_case.py").write_text(bare)
+    _pytest(
+        f"--wrapq-cases-dir={cases}", "-k", "quant_accuracy or observer_use", f"--wrapq-report-dir={tmp_path / 'r'}"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "limits", "--case", "outside_linear", str(tmp_path / "r" / "results.json")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    block = "\n".join(line for line in done.stdout.splitlines() if not line.startswith("#"))
+    assert '"quant_accuracy": {"max_peir":' in block and "expected_observer_count=" in block
+    pasted = bare.replace('expected_wrapper="QuantLinear",', 'expected_wrapper="QuantLinear",\n' + block)
+    (cases / "outside_case.py").write_text(pasted)
+    _pytest(f"--wrapq-cases-dir={cases}", "-k", "quant_accuracy", f"--wrapq-report-dir={tmp_path / 'g'}")
+    (record,) = json.loads((tmp_path / "g" / "results.json").read_text())["results"]
+    assert record["outcome"] == "passed" and record["settings"]["max_peir"] is not None  # gated now
