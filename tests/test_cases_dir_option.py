@@ -87,3 +87,25 @@ def test_limits_for_a_new_case_paste_into_it_and_gate_its_accuracy(tmp_path):
     _pytest(f"--wrapq-cases-dir={cases}", "-k", "quant_accuracy", f"--wrapq-report-dir={tmp_path / 'g'}")
     (record,) = json.loads((tmp_path / "g" / "results.json").read_text())["results"]
     assert record["outcome"] == "passed" and record["settings"]["max_peir"] is not None  # gated now
+
+
+def test_new_case_scaffolds_a_module_tico_does_not_wrap_and_it_runs_at_once(tmp_path):
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
+    out = tmp_path / "phi3_cases"
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "new-case", "Phi3MLP", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (out / "phi3_mlp_case.py").is_file() and (out / "wrapq_phi3_mlp" / "quant_phi3_mlp.py").is_file()
+    run = _pytest(f"--wrapq-cases-dir={out}", f"--wrapq-report-dir={tmp_path / 'r'}")
+    records = json.loads((tmp_path / "r" / "results.json").read_text())["results"]
+    assert {r["case"] for r in records} == {"phi3_mlp"} and len(records) == 23, run.stdout[-3000:]
+    assert not [r for r in records if r["outcome"] in ("error", "crashed")], run.stdout[-3000:]
+    wrapper = next(r for r in records if r["check"] == "wrapper_registry")
+    assert wrapper["outcome"] == "passed"  # prepare() used the skeleton the scaffold registered
+    after = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
+    assert after == before  # nothing in the repository was edited

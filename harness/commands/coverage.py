@@ -197,6 +197,12 @@ def tiny_config(config_class: type, model_type: str, sets: dict[str, Any]) -> An
         setattr(owner, attr, value)
     for target in targets:
         target._attn_implementation = "eager"
+        vocab = getattr(target, "vocab_size", None)
+        if isinstance(vocab, int):
+            # special token ids of the full vocabulary (phi3's pad_token_id 32000) must fit the tiny one
+            for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+                if isinstance(getattr(target, key, None), int) and getattr(target, key) >= vocab:
+                    setattr(target, key, vocab - 1)
     return config
 
 
