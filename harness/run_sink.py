@@ -5,6 +5,7 @@ goldens no case defines). xdist workers only hand their statistics over."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import pytest
@@ -157,7 +158,8 @@ class RunSink:
         else:
             mode = "for review: another tico than the recorded one, so a finding that no longer occurs is fixed"
         terminalreporter.section("wrapq findings")
-        terminalreporter.write_line(f"{describe(identity())}; expectations judged {mode}")
+        for line in textwrap.wrap(f"{describe(identity())}; expectations judged {mode}", 118, subsequent_indent="  "):
+            terminalreporter.write_line(line)
         for line in render_lines(summary) or ["no finding occurred and no problem is unexplained"]:
             terminalreporter.write_line(line)
         base = self._baseline_summary()
