@@ -259,6 +259,12 @@ class CheckItem(pytest.Item):
             lines += [f"  - {p}" for p in err.result.problems]
             return "\n".join(lines)
         if isinstance(err, StageError):
+            # one traceback per failed (case, stage): the other items of the case point to it
+            shown = state_of(self.config).stage_tracebacks_shown
+            key = (self.parent.nodeid, err.stage)
+            if key in shown:
+                return f"{err}\n(traceback shown once, at {shown[key]})"
+            shown[key] = self.nodeid
             return f"{err}\n\n{err.traceback_text}"
         if isinstance(err, CaseDefinitionError):
             return str(err)

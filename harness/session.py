@@ -59,6 +59,8 @@ class SessionState:
         # case names the case files define (collected in this process), for orphan goldens
         self.case_names: set[str] = set()
         self.rss_after_group: dict[str, float] = {}
+        # (case node id, stage) -> the item whose report carries that stage failure's traceback
+        self.stage_tracebacks_shown: dict[tuple[str, str], str] = {}
         self._findings_strict: bool | None = None
         self.base_run: BaseRun | None = None
         if settings.base_results is not None:
