@@ -171,6 +171,7 @@ class CheckItem(pytest.Item):
             self._name_similar_findings(result)
         self._record(
             metrics=result.metrics,
+            ungated=result.ungated,
             problems=result.problems,
             notes=result.notes,
             evidence=result.evidence,

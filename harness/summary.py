@@ -37,7 +37,8 @@ def _groups(records: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dict[st
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for rec in records.values():
         key = (rec["nodeid"], "") if rec.get("case") is None else (rec["case"], rec["profile"])
-        row = rows.setdefault(key, {"records": {}, "bad": [], "seconds": 0.0, "counts": {}})
+        row = rows.setdefault(key, {"records": {}, "bad": [], "seconds": 0.0, "counts": {}, "ungated": 0})
+        row["ungated"] += len(rec.get("ungated") or [])
         check = rec.get("check") or "<definition>"
         row["records"][check] = rec
         row["counts"][rec["outcome"]] = row["counts"].get(rec["outcome"], 0) + 1
@@ -58,12 +59,12 @@ def render_summary_table(
         verdicts.append(
             [_clip(case, 44), _clip(profile, 24)]
             + [counts.get(o, 0) or "" for o, _ in _COUNTED]
-            + [f"{row['seconds']:.1f}", _clip(", ".join(sorted(row["bad"])) or "", 30)]
+            + [row["ungated"] or "", f"{row['seconds']:.1f}", _clip(", ".join(sorted(row["bad"])) or "", 30)]
         )
     parts = [
         tabulate(
             verdicts,
-            headers=["case", "profile"] + [label for _, label in _COUNTED] + ["time s", "FAILED"],
+            headers=["case", "profile"] + [label for _, label in _COUNTED] + ["ungated", "time s", "FAILED"],
             tablefmt="simple",
         )
     ]

@@ -29,6 +29,8 @@ class CheckResult:
     evidence: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # metrics measured but gated by no limit (the case sets none): shown as "ungated", not only noted
+    ungated: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -41,6 +43,7 @@ class CheckResult:
         """Compare ``value`` against ``limit`` (None = not gated, recorded as a note)."""
         if limit is None:
             self.notes.append(f"{label} not gated (no threshold set)")
+            self.ungated.append(label)
             return
         bad = math.isnan(value) or (value > limit if upper else value < limit)
         if bad:
