@@ -201,8 +201,36 @@ def submodule_errors(quantized: torch.nn.Module, sample: Any) -> list[SubmoduleE
     return table
 
 
-def error_origin(table: list[SubmoduleError]) -> SubmoduleError | None:
-    """The wrapper inside the case whose own (isolated) error is largest: where error is made
-    (rows with a note -- a failed or suspect replay -- are not trusted for it)."""
+@dataclass(frozen=True)
+class Origin:
+    """Where a case's error is made most: a wrapped submodule (its own, isolated error), or the case's
+    outermost wrapper's own fake-quant sites (``own_sites``: the whole case's isolated error beyond
+    what its top-level children make alone)."""
+
+    path: str
+    wrapper: str
+    isolated_sqnr_db: float
+    propagated_sqnr_db: float | None
+    own_sites: bool = False
+
+
+def _noise_ratio(sqnr_db: float) -> float:
+    return 10 ** (-sqnr_db / 10)
+
+
+def error_origin(table: list[SubmoduleError]) -> Origin | None:
+    """The wrapper whose own error is largest (rows with a note -- a failed or suspect replay -- are
+    not trusted for it), weighed against the outermost wrapper's own sites: the case's isolated noise
+    (relative to its output) beyond the sum its top-level children make alone, each relative to its
+    own output. Whichever makes more is where error is made."""
     rows = [row for row in table if not row.outermost and row.isolated_sqnr_db is not None and not row.note]
-    return min(rows, key=lambda row: row.isolated_sqnr_db, default=None)
+    worst = min(rows, key=lambda row: row.isolated_sqnr_db, default=None)
+    outer = next((row for row in table if row.outermost and row.isolated_sqnr_db is not None), None)
+    if outer is not None and not outer.note:
+        top = [row for row in rows if not any(row.path.startswith(other.path + ".") for other in rows)]
+        own = _noise_ratio(outer.isolated_sqnr_db) - sum(_noise_ratio(row.isolated_sqnr_db) for row in top)
+        if own > 0 and (worst is None or own > _noise_ratio(worst.isolated_sqnr_db)):
+            return Origin(outer.path, outer.wrapper, -10 * math.log10(own), outer.propagated_sqnr_db, own_sites=True)
+    if worst is None:
+        return None
+    return Origin(worst.path, worst.wrapper, worst.isolated_sqnr_db, worst.propagated_sqnr_db)

@@ -207,3 +207,19 @@ def test_report_fragment_shows_the_ranked_table_and_bars():
     assert re.findall(r"<tr><td>([^<]+)</td>", submodule_table) == [r["path"] for r in result.evidence["submodules"]]
     assert "<title>wrapped.obs_mask_add: " in html
     assert "&lt;b&gt;" in bars([["<b>", 1.0]]) and bars([["x", float("nan")]]) == ""
+
+
+def test_the_origin_weighs_the_parents_own_sites_against_its_children():
+    from harness.submodule_error import SubmoduleError, error_origin
+
+    def row(path, isolated, outermost=False):
+        return SubmoduleError(path, "W", 1, isolated, isolated, 0.0, outermost=outermost)
+
+    # the whole case at 19 dB while every child alone is at 36-40 dB: the parent's own sites make it
+    attention = [row("wrapped", 19.0, True), row("wrapped.q_proj.wrapped", 38.0), row("wrapped.o_proj.wrapped", 36.9)]
+    origin = error_origin(attention)
+    assert origin.own_sites and origin.path == "wrapped" and 19.0 < origin.isolated_sqnr_db < 19.3
+    # a child alone at 10 dB carries nearly all of a 9.6 dB case: the child is named
+    mlp = [row("wrapped", 9.6, True), row("wrapped.up_proj.wrapped", 10.0), row("wrapped.down_proj.wrapped", 30.0)]
+    origin = error_origin(mlp)
+    assert not origin.own_sites and origin.path == "wrapped.up_proj.wrapped"

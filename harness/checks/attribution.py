@@ -138,10 +138,16 @@ def run(pipeline) -> CheckResult:
     origin = error_origin(att.submodules)
     if origin is not None:
         result.metrics["origin_isolated_sqnr_db"] = origin.isolated_sqnr_db
-        result.notes.append(
-            f"error is made most in {origin.path} ({origin.wrapper}): {origin.isolated_sqnr_db:.3g} dB on float inputs "
-            f"alone, {_fmt(origin.propagated_sqnr_db)} dB in the quantized model"
-        )
+        if origin.own_sites:
+            result.notes.append(
+                f"error is made most by {origin.path} ({origin.wrapper})'s own fake-quant sites, beyond what its "
+                f"children make alone: {origin.isolated_sqnr_db:.3g} dB"
+            )
+        else:
+            result.notes.append(
+                f"error is made most in {origin.path} ({origin.wrapper}): {origin.isolated_sqnr_db:.3g} dB on float "
+                f"inputs alone, {_fmt(origin.propagated_sqnr_db)} dB in the quantized model"
+            )
     for row in att.submodules:
         if row.note:
             result.notes.append(f"submodule {row.path}: {row.note}")

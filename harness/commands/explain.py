@@ -149,7 +149,15 @@ def main(argv: list[str]) -> int:
         )
         origin = error_origin(att.submodules)
         if origin is not None:
-            print(f"error is made most in {origin.path} ({origin.wrapper}): {_db(origin.isolated_sqnr_db)} dB alone")
+            if origin.own_sites:
+                print(
+                    f"error is made most by {origin.path} ({origin.wrapper})'s own fake-quant sites, beyond what "
+                    f"its children make alone: {_db(origin.isolated_sqnr_db)} dB"
+                )
+            else:
+                print(
+                    f"error is made most in {origin.path} ({origin.wrapper}): {_db(origin.isolated_sqnr_db)} dB alone"
+                )
     if args.deployed:
         _print_deployed(pipeline, limit, tabulate)
     return 0
