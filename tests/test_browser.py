@@ -178,3 +178,33 @@ def test_dashboard_overview_and_an_expanded_chart_render_in_chromium(chromium, t
     assert chart.count("<circle") == 30 and 'class="trendline"' in chart and 'class="baseline"' in chart
     assert 'class="version-move"' in chart and "tico 0.3.0 -&gt; 0.3.1" in chart
     assert re.search(r'<details data-s="%d" open="">' % regression["index"], dom)
+
+
+def test_the_overview_of_the_whole_matrix_fits_a_1400_px_window(chromium, tmp_path):
+    """Every case row of a run as wide as the matrix (its headline metrics included), with the
+    failing case's section open and the passing ones collapsed, skips one line per case."""
+    doc = results_doc()
+    template = doc["results"][0]
+    names = ["gemma4_text_decoder_layer_sliding_prefill", "qwen3_vl_vision_patch_merger", "llama_for_causal_lm"]
+    for i, name in enumerate(names * 10):
+        doc["results"].append(
+            dict(template, case=f"{name}_{i}", nodeid=f"cases/x.py::{name}_{i}[tiny]::noquant_parity")
+        )
+    report = write_report(doc, tmp_path / "report.html")
+    done = subprocess.run(
+        [
+            chromium,
+            *FLAGS,
+            "--window-size=1400,1000",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    width = re.search(r'data-overview-width="(\d+)"', done.stdout)
+    assert width and int(width.group(1)) <= 1400, width.group(0) if width else done.stdout[:500]
+    assert re.search(r'<details class="case" id="[^"]+" open="">', done.stdout)  # the failing case is open

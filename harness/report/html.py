@@ -21,6 +21,9 @@ from harness.results import atomic_write_text
 STATUS_ORDER = ["crashed", "error", "failed", "not_run", "pending", "xfailed", "passed", "skipped"]
 
 
+_RED = ("crashed", "error", "failed", "not_run")
+
+
 def _worst(outcomes: list[str]) -> str:
     return min(outcomes, key=lambda o: STATUS_ORDER.index(o) if o in STATUS_ORDER else 0) if outcomes else "not_run"
 
@@ -50,6 +53,9 @@ def case_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for row in rows.values():
         row["status"] = _worst([r["outcome"] for r in row["checks"].values()])
+        outcomes = [r["outcome"] for r in row["checks"].values()]
+        row["counts"] = [(o, outcomes.count(o)) for o in STATUS_ORDER if o in outcomes]
+        row["failed_checks"] = sorted(name for name, r in row["checks"].items() if r["outcome"] in _RED)
         row["headline"] = headline_values(row["checks"], columns)
         row["wrappers"] = next(
             (r["wrapper_coverage"] for r in row["checks"].values() if isinstance(r.get("wrapper_coverage"), dict)), None
