@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from harness import rerun
 from harness.checks import describe_checks
 from harness.drift import describe_moves, label_record, read_pins, render_drift_table, version_moves
 from harness.overhead import current_rss_mb, overhead, peak_rss_mb
@@ -104,6 +105,17 @@ class RunSink:
 
         terminalreporter.section("wrapq summary")
         terminalreporter.write_line(render_summary_table(self.collector.records, describe_checks(self.state.checks)))
+        failing = sorted(
+            {
+                r["nodeid"].rsplit("::", 1)[0]
+                for r in self.collector.records.values()
+                if r.get("outcome") in ("failed", "error", "crashed") and r.get("check")
+            }
+        )
+        for group in failing[:8]:
+            terminalreporter.write_line(f"rerun: {rerun.command(group)}")
+        if len(failing) > 8:
+            terminalreporter.write_line(f"... {len(failing) - 8} more failing case(s): ./scripts/env.sh pytest --lf")
         self._write_findings(terminalreporter)
         if self.drift_moves is not None:
             terminalreporter.section("wrapq drift")
