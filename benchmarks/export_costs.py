@@ -51,7 +51,8 @@ def main() -> int:
 
     torch.set_num_threads(1)
     from harness.export import export_program
-    from harness.export_reuse import Uncacheable, execution_key
+    from harness.entry_store import Uncacheable
+    from harness.execution_key import execution_key
     from harness.pipeline import Pipeline, StageError, warm_imports
 
     warm_imports()

@@ -123,7 +123,7 @@ def test_a_refused_export_is_replayed_as_the_cold_failure(tmp_path):
 
 _KEY_SCRIPT = """
 from cases.qwen3_vl_text import CASES
-from harness.export_reuse import execution_key
+from harness.execution_key import execution_key
 from harness.pipeline import Pipeline
 case = next(c for c in CASES if c.name == "qwen3_vl_for_conditional_generation")
 pipeline = Pipeline(case, "tiny")
