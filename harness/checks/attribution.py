@@ -137,7 +137,12 @@ def run(pipeline) -> CheckResult:
             result.notes.append(f"{len(paths)} {label}: {', '.join(paths[:5])}{' ...' if len(paths) > 5 else ''}")
     origin = error_origin(att.submodules)
     if origin is not None:
-        result.metrics["origin_isolated_sqnr_db"] = origin.isolated_sqnr_db
+        # the worst child's own error keeps its series; the case's own sites' share is another one
+        worst_child = error_origin([row for row in att.submodules if not row.outermost])
+        if worst_child is not None:
+            result.metrics["origin_isolated_sqnr_db"] = worst_child.isolated_sqnr_db
+        if origin.own_sites:
+            result.metrics["origin_own_sites_sqnr_db"] = origin.isolated_sqnr_db
         if origin.own_sites:
             result.notes.append(
                 f"error is made most by {origin.path} ({origin.wrapper})'s own fake-quant sites, beyond what its "
@@ -197,6 +202,7 @@ CHECK = Check(
         Metric("top_boundary_gain_db", better=None, unit="dB", label="top boundary gain dB"),
         Metric("min_resolved_levels", better="higher", label="min resolved steps", limit="min_resolved_levels"),
         Metric("origin_isolated_sqnr_db", better="higher", unit="dB", label="worst own SQNR dB"),
+        Metric("origin_own_sites_sqnr_db", better="higher", unit="dB", label="case's own sites SQNR dB"),
         Metric("sqnr_db", better=None, unit="dB", label="SQNR dB as is"),
         Metric("peir", better=None, label="PEIR as is"),
         Metric("random_weights_sqnr_db", better="higher", unit="dB", label="SQNR dB, random weights"),
