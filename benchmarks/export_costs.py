@@ -50,9 +50,9 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(1)
-    from harness.export import export_program
     from harness.entry_store import Uncacheable
     from harness.execution_key import execution_key
+    from harness.export import export_program
     from harness.pipeline import Pipeline, StageError, warm_imports
 
     warm_imports()

@@ -41,3 +41,23 @@ def _pinned() -> dict[str, str]:
 
 
 PINNED = _pinned()
+
+
+def edit_golden(directory, case: str, profile: str, edit) -> None:
+    """Change a golden's stored tensors with ``edit(tensors)`` and re-sign its manifest, so the change
+    reads as drift (not as a corrupt file)."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from harness import golden
+
+    tensor_path, manifest_path = golden.paths(directory, case, profile)
+    tensors = load_file(str(tensor_path))
+    edit(tensors)
+    save_file(tensors, str(tensor_path))
+    manifest = json.loads(manifest_path.read_text())
+    for key, t in tensors.items():
+        manifest["tensors"][key]["sha256"] = golden.tensor_sha256(t)
+        manifest["tensors"][key]["dtype"] = str(t.dtype).removeprefix("torch.")
+    manifest_path.write_text(json.dumps(manifest))

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from safetensors.torch import load_file, save_file
 
 from harness import baseline, golden
+from tests.helpers import edit_golden
 
 REPO = Path(__file__).resolve().parents[1]
 CASE = "nn_linear"
@@ -82,14 +82,7 @@ def _moved_golden_dir(tmp_path: Path) -> Path:
 
 
 def _edit(directory: Path, edit) -> None:
-    tensor_path, manifest_path = golden.paths(directory, CASE, "tiny")
-    tensors = load_file(str(tensor_path))
-    edit(tensors)
-    save_file(tensors, str(tensor_path))
-    manifest = json.loads(manifest_path.read_text())
-    for key, t in tensors.items():
-        manifest["tensors"][key]["sha256"] = golden.tensor_sha256(t)
-    manifest_path.write_text(json.dumps(manifest))
+    edit_golden(directory, CASE, "tiny", edit)
 
 
 def _run(report: Path, golden_dir: Path, *extra: str) -> dict:

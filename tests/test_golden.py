@@ -17,7 +17,7 @@ from cases.gemma4 import VISION_ENCODER
 from harness import golden
 from harness.checks import all_checks
 from harness.pipeline import Pipeline, RunSettings
-from tests.helpers import PINNED, problems_text
+from tests.helpers import PINNED, edit_golden, problems_text
 
 GOLDEN = next(c for c in all_checks() if c.name == "golden")
 REPO = Path(__file__).resolve().parents[1]
@@ -56,16 +56,7 @@ def golden_copy(written, tmp_path) -> Path:
 
 
 def _edit(directory: Path, edit) -> None:
-    """Change stored tensors and re-sign the manifest, so the change reads as drift."""
-    tensor_path, manifest_path = golden.paths(directory, "gemma4_vision_encoder", "tiny")
-    tensors = load_file(str(tensor_path))
-    edit(tensors)
-    save_file(tensors, str(tensor_path))
-    manifest = json.loads(manifest_path.read_text())
-    for key, t in tensors.items():
-        manifest["tensors"][key]["sha256"] = golden.tensor_sha256(t)
-        manifest["tensors"][key]["dtype"] = str(t.dtype).removeprefix("torch.")
-    manifest_path.write_text(json.dumps(manifest))
+    edit_golden(directory, "gemma4_vision_encoder", "tiny", edit)
 
 
 def _step(directory: Path, key: str) -> float:
