@@ -19,7 +19,6 @@ runs it at once.
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 import sys
 from pathlib import Path
@@ -232,8 +231,6 @@ def main(argv: list[str]) -> int:
     for path, text in written.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    if args.wrapper:
-        importlib.invalidate_caches()
     print(f"wrote {', '.join(str(p) for p in written)}")
     print(f"run it: ./scripts/env.sh pytest --wrapq-cases-dir={out}")
     return 0
