@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.expectations import matchable
+from harness.results import problem_lines
 
 RUN_GOLDEN_DIR = "golden-run"
 # A tracked metric counts as worse than the base's when it moved the wrong way by more than this
@@ -78,16 +79,6 @@ def cached_load(path: Path) -> BaseRun:
 def signature(line: str) -> str:
     """A problem line as it reads whatever the numbers: install paths, line numbers and values masked."""
     return _NUMBER.sub("#", matchable(line)).strip()
-
-
-def problem_lines(record: dict[str, Any]) -> list[str]:
-    """What a recorded item failed with: its problems, or its failed stage as one line."""
-    lines = list(record.get("problems") or [])
-    stage = record.get("stage_error")
-    if stage:
-        first = (stage.get("message") or "").strip().splitlines()[:1]
-        lines.append(f"stage '{stage.get('stage')}' failed: {stage.get('type')}: {first[0] if first else ''}")
-    return lines
 
 
 def worse_metrics(tracked: Iterable[tuple[str, str]], head: dict[str, Any], base: dict[str, Any]) -> list[str]:

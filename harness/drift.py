@@ -18,8 +18,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.expectations import NOW_PASSES
-from harness.finding_status import item_lines
-from harness.findings import api_change_of
+from harness.finding_status import failure_explained_by
 from harness.results import same_release
 
 WATCHED = ("transformers", "tico", "torch", "huggingface_hub", "tokenizers", "safetensors")
@@ -96,11 +95,10 @@ def label_record(record: dict[str, Any], moves: list[dict[str, Any]]) -> None:
 def explained_by(record: dict[str, Any]) -> str:
     """What the findings data says a drifted item is: a known finding, a tico change the case must
     follow, or nothing known (harness/finding_status.py sorts whole runs the same way)."""
-    if record.get("looks_like"):
-        return "finding " + ", ".join(record["looks_like"])
-    where = f"{record.get('case')}[{record.get('profile')}]::{record.get('check')}"
-    change = api_change_of(item_lines(record), where)
-    return f"tico change {change} (the case must follow)" if change else "unexplained"
+    explained = failure_explained_by(record)
+    if isinstance(explained, tuple):
+        return "finding " + ", ".join(explained)
+    return f"tico change {explained} (the case must follow)" if explained else "unexplained"
 
 
 def render_drift_table(records: dict[str, dict[str, Any]], moves: list[dict[str, Any]]) -> str:

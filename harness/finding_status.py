@@ -30,6 +30,14 @@ def item_lines(record: dict[str, Any]) -> list[str]:
     return text.splitlines()
 
 
+def failure_explained_by(record: dict[str, Any]) -> tuple[str, ...] | str | None:
+    """What the findings data explains a failed item by: the findings it looks like (a tuple of
+    ids), else the tico change its case must follow (an id), else None."""
+    if record.get("looks_like"):
+        return tuple(record["looks_like"])
+    return api_change_of(item_lines(record), _where(record))
+
+
 def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dict[str, Any]:
     """``{"findings": [...], "api_changes": [...], "new_problems": [...]}`` for one run's item
     records; ``tico``: the WRAPQ_TICO the run was given, for the commands that reproduce each one."""
@@ -64,14 +72,14 @@ def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dic
             if status != "fixed" and item["reproduce"] is None and record.get("nodeid"):
                 item["reproduce"] = reproduce_command(record["nodeid"], tico)
         if record.get("outcome") in _FAILED:
-            similar = record.get("looks_like") or []
-            for fid in similar:
+            explained = failure_explained_by(record)
+            for fid in explained if isinstance(explained, tuple) else ():
                 item = entry(fid)
                 item["undeclared"].append(_where(record))
                 if item["reproduce"] is None and record.get("nodeid"):
                     item["reproduce"] = reproduce_command(record["nodeid"], tico)
-            change = None if similar else api_change_of(item_lines(record), _where(record))
-            if change:
+            if isinstance(explained, str):
+                change = explained
                 if change not in api_changes:
                     api = registry().api_changes[change]
                     api_changes[change] = {
@@ -83,23 +91,21 @@ def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dic
                         "reproduce": reproduce_command(record["nodeid"], tico) if record.get("nodeid") else None,
                     }
                 api_changes[change]["items"].append(_where(record))
-            elif not similar:
+            elif explained is None:
                 problems = record.get("problems") or []
-                stage = record.get("stage_error") or {}
-                first = (
-                    problems[0]
-                    if problems
-                    else (
-                        f"stage '{stage.get('stage')}' failed: {stage.get('type')}"
-                        if stage
-                        else (record.get("message") or "").splitlines()[:1]
-                    )
-                )
+                stage = record.get("stage_error")
+                message = (record.get("message") or "").strip().splitlines()
+                if problems:
+                    first = problems[0]
+                elif stage:
+                    first = f"stage '{stage.get('stage')}' failed: {stage.get('type')}"
+                else:
+                    first = message[0] if message else ""
                 new_problems.append(
                     {
                         "where": _where(record),
                         "nodeid": record.get("nodeid"),
-                        "problem": first if isinstance(first, str) else " ".join(first),
+                        "problem": first,
                     }
                 )
     findings = []

@@ -18,7 +18,7 @@ from harness.case import Case, CaseDefinitionError
 from harness.checks.base import Check, CheckResult
 from harness.expectations import Judgement, judge
 from harness.overhead import overhead
-from harness.results import jsonable
+from harness.results import jsonable, stage_line
 from harness.session import state_of
 from harness.stage_engine import StageError
 
@@ -49,8 +49,7 @@ def register_marker(config: pytest.Config, name: str, description: str) -> None:
 
 def stage_problem(err: StageError) -> str:
     """A failed stage as one problem line, for expectations: "stage 'torch_export' failed: Type: first line"."""
-    first = err.error_text.strip().splitlines()[0] if err.error_text.strip() else ""
-    return f"stage '{err.stage}' failed: {err.error_type}: {first}"
+    return stage_line(err.stage, err.error_type, err.error_text)
 
 
 def _xfail_line(judgement: Judgement) -> str:

@@ -161,19 +161,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def run_settings(config: pytest.Config, run_id: str) -> RunSettings:
+def given_cases_dirs(config: pytest.Config) -> list[Path]:
+    """The --wrapq-cases-dir directories, relative to where pytest was invoked (as a path argument
+    would be); a usage error names any that is not a directory."""
+    given = [
+        (config.invocation_params.dir / Path(d).expanduser()).resolve()
+        for d in config.getoption("wrapq_cases_dirs") or []
+    ]
+    missing = [str(d) for d in given if not d.is_dir()]
+    if missing:
+        raise pytest.UsageError(f"--wrapq-cases-dir: no such directory: {', '.join(missing)}")
+    return given
+
+
+def arg_paths(config: pytest.Config) -> list[Path]:
+    """The files and directories the path arguments name (a node id's file part)."""
+    return [(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args]
+
+
+def run_settings(config: pytest.Config, run_id: str, given: list[Path]) -> RunSettings:
     """The session options the pipeline and the checks read; goldens rewritten by this run are
-    staged under the golden directory, by run id, until the run ends."""
+    staged under the golden directory, by run id, until the run ends. ``given``: the
+    --wrapq-cases-dir directories."""
     from harness.baseline import RUN_GOLDEN_DIR
     from harness.golden import staging_dir
 
     chosen = config.getoption("wrapq_golden_dir")
-    given = config.getoption("wrapq_cases_dirs") or []
     if chosen:
         golden_dir = Path(chosen).resolve()
     elif given and _only_given_dirs_run(config, given):
         # only the given case directories run: their goldens live beside them, not in the project
-        golden_dir = (config.invocation_params.dir / Path(given[0]).expanduser()).resolve() / "golden"
+        golden_dir = given[0] / "golden"
     else:
         golden_dir = config.rootpath / "golden"
     baseline = config.getoption("wrapq_baseline")
@@ -190,13 +208,12 @@ def run_settings(config: pytest.Config, run_id: str) -> RunSettings:
     )
 
 
-def _only_given_dirs_run(config: pytest.Config, given: list[str]) -> bool:
+def _only_given_dirs_run(config: pytest.Config, given: list[Path]) -> bool:
     """No path arguments (the given directories replace testpaths), or every one inside them."""
     if config.args_source == pytest.Config.ArgsSource.TESTPATHS:
         return True
-    dirs = [(config.invocation_params.dir / Path(d).expanduser()).resolve() for d in given]
-    paths = [(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args]
-    return bool(paths) and all(any(path.is_relative_to(d) for d in dirs) for path in paths)
+    paths = arg_paths(config)
+    return bool(paths) and all(any(path.is_relative_to(d) for d in given) for path in paths)
 
 
 def report_dir(config: pytest.Config) -> Path:

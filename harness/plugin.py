@@ -20,7 +20,7 @@ from harness import compat, rerun
 from harness.checks import all_checks
 from harness.collection import CaseFile
 from harness.items import CAPABILITY_MARKERS, CheckItem, register_marker
-from harness.options import pytest_addoption, refuse_lost_project_config  # noqa: F401 - pytest hook
+from harness.options import arg_paths, pytest_addoption, refuse_lost_project_config  # noqa: F401 - pytest hook
 from harness.run_sink import RunSink, note_group_done
 from harness.scheduling import assign_shards, longest_first
 from harness.session import STATE, SessionState, state_of
@@ -146,9 +146,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     hint = "a case directory elsewhere is given with --wrapq-cases-dir=DIR (or listed under wrapq_cases_dir)"
     outside = [
         arg
-        for arg in config.args
-        if (path := (config.invocation_params.dir / arg.split("::")[0]).resolve()).exists()
-        and not any(path == d or path.is_relative_to(d) or d.is_relative_to(path) for d in state.cases_dirs)
+        for arg, path in zip(config.args, arg_paths(config))
+        if path.exists() and not any(path.is_relative_to(d) or d.is_relative_to(path) for d in state.cases_dirs)
     ]
     if outside:
         raise pytest.UsageError(f"{', '.join(outside)} lies outside every case directory ({dirs}); {hint}")

@@ -66,20 +66,31 @@ _QUANTIZE_TARGETS = (
     "quantized_decomposed.quantize_per_channel.default",
 )
 # Ops that move values without computing: a float value they move is still only moved.
-_MOVING_TARGETS = (
-    "aten.embedding.default",
-    "aten.reshape.default",
-    "aten.view.default",
-    "aten.permute.default",
-    "aten.transpose.int",
-    "aten.squeeze.dim",
-    "aten.squeeze.dims",
-    "aten.unsqueeze.default",
-    "aten.expand.default",
-    "aten.slice.Tensor",
-    "aten.select.int",
-    "aten.clone.default",
+# aten ops that become Circle data-movement operators (RESHAPE, TRANSPOSE, SQUEEZE, EXPAND_DIMS,
+# BROADCAST_TO, SLICE/STRIDED_SLICE, GATHER-free SELECT, CONCATENATION, SPLIT): neither integer
+# backends nor tico's reference runtime requantize their output (the runtime's
+# VALUE_PRESERVING_BUILTIN_NAMES), so the value they produce carries the quantization of their input
+# whatever qparams the output tensor holds.
+VALUE_PRESERVING = frozenset(
+    {
+        "aten.reshape.default",
+        "aten.view.default",
+        "aten.permute.default",
+        "aten.transpose.int",
+        "aten.squeeze.dim",
+        "aten.squeeze.dims",
+        "aten.squeeze.default",
+        "aten.unsqueeze.default",
+        "aten.expand.default",
+        "aten.slice.Tensor",
+        "aten.select.int",
+        "aten.cat.default",
+        "aten.clone.default",
+    }
 )
+# Ops that move one value without computing (a GATHER of table rows included): a float value they
+# move is still only moved.
+_MOVING_TARGETS = (VALUE_PRESERVING - {"aten.cat.default"}) | {"aten.embedding.default"}
 
 
 def quantized_before_use(node: torch.fx.Node, qparam_key: str, depth: int = 0) -> bool:

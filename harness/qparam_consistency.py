@@ -27,30 +27,9 @@ from typing import Any
 
 import torch
 
-from harness.qparam_records import SCALE_REL_EQUAL, _same, _target
-
-# aten ops that become Circle data-movement operators (RESHAPE, TRANSPOSE, SQUEEZE, EXPAND_DIMS,
-# BROADCAST_TO, SLICE/STRIDED_SLICE, GATHER-free SELECT, CONCATENATION, SPLIT): neither integer
-# backends nor tico's reference runtime requantize their output (circle/runtime/executor.py:350,
-# kernels/__init__.py VALUE_PRESERVING_BUILTIN_NAMES), so the value they produce carries the
-# quantization of their input whatever qparams the output tensor holds.
-_VALUE_PRESERVING = frozenset(
-    {
-        "aten.reshape.default",
-        "aten.view.default",
-        "aten.permute.default",
-        "aten.transpose.int",
-        "aten.squeeze.dim",
-        "aten.squeeze.dims",
-        "aten.squeeze.default",
-        "aten.unsqueeze.default",
-        "aten.expand.default",
-        "aten.slice.Tensor",
-        "aten.select.int",
-        "aten.cat.default",
-        "aten.clone.default",
-    }
-)
+from harness.qparam_audit import VALUE_PRESERVING
+from harness.qparam_audit import target_name as _target
+from harness.qparam_records import SCALE_REL_EQUAL, _same
 
 
 def _value_inputs(node: torch.fx.Node) -> list[torch.fx.Node] | None:
@@ -68,7 +47,7 @@ def _value_inputs(node: torch.fx.Node) -> list[torch.fx.Node] | None:
         return [arg for arg in node.args[0] if isinstance(arg, torch.fx.Node)]
     if target == "aten.embedding.default" and isinstance(node.args[0], torch.fx.Node):
         return [node.args[0]]  # GATHER: the rows of the table, as the table is quantized
-    if target in _VALUE_PRESERVING and isinstance(node.args[0], torch.fx.Node):
+    if target in VALUE_PRESERVING and isinstance(node.args[0], torch.fx.Node):
         return [node.args[0]]
     return None
 
@@ -107,7 +86,7 @@ def _carried(node: torch.fx.Node, qparam_key: str, depth: int = 0) -> tuple[Any,
 # Ops tico's PropagateQParamForward copies qparams through, input to output (SPLIT outputs, SLICE,
 # NEG: quantization/passes/propagate_qparam_forward.py:108-142), and the data-movement ops whose
 # output inherits its input's (FoldQuantOps' _inherit_qparam_from_view_chain).
-_FORWARD_FROM_INPUT = _VALUE_PRESERVING | {"aten.neg.default", "aten.split_with_sizes.default"}
+_FORWARD_FROM_INPUT = VALUE_PRESERVING | {"aten.neg.default", "aten.split_with_sizes.default"}
 
 
 def _input_of(node: torch.fx.Node) -> torch.fx.Node | None:
@@ -160,7 +139,7 @@ def qparam_source(
                     if record is not None and _same(scale, zero_point, user.meta.get(qparam_key)):
                         return f"{record.get('observer') or record['tensor']} (the fake-quant of {user.name}, "
                         "the concatenation it feeds)"
-                elif _target(user) in _VALUE_PRESERVING:
+                elif _target(user) in VALUE_PRESERVING:
                     following.append(user)
         frontier, depth = following, depth + 1
     return None

@@ -13,6 +13,8 @@ from typing import Any, Iterator
 
 import torch
 
+from harness.qparam_audit import target_name as _target
+
 # A fake-quant's qparams are exact numbers (a float32 scale, an integer zero point), copied
 # from the graph; any difference is a different quantization, so the comparison is exact up
 # to float64 printing of a float32.
@@ -377,8 +379,3 @@ def attribute_observers(applied: list[dict[str, Any]], observers: list[tuple[str
     for record in applied:
         record["observer"] = observers[record["traced_index"]][0]
     return None
-
-
-def _target(node: torch.fx.Node) -> str:
-    target = node.target
-    return str(target) if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", str(target))

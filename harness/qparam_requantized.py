@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from harness.qparam_records import _module_path, _same, _target, _wrapper_line
+from harness.qparam_audit import target_name as _target
+from harness.qparam_records import _module_path, _same, _wrapper_line
 
 _REQUANTIZING_UNARY = frozenset({"aten.neg.default"})
 

@@ -171,3 +171,18 @@ def same_release(a: str, b: str) -> bool:
         return Version(a).public == Version(b).public
     except InvalidVersion:
         return a == b
+
+
+def stage_line(stage: str, error_type: str, text: str) -> str:
+    """A failed stage as one problem line: "stage 'torch_export' failed: Type: first line"."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"stage '{stage}' failed: {error_type}: {first}"
+
+
+def problem_lines(record: dict[str, Any]) -> list[str]:
+    """What a recorded item failed with: its problems, then its failed stage as one line."""
+    lines = list(record.get("problems") or [])
+    stage = record.get("stage_error")
+    if stage:
+        lines.append(stage_line(str(stage.get("stage")), str(stage.get("type")), stage.get("message") or ""))
+    return lines

@@ -5,14 +5,13 @@ in ``config.stash[STATE]``."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
 from harness.baseline import BaselineError, BaseRun, cached_load
 from harness.case import Case
 from harness.checks.base import Check
-from harness.options import DEFAULT_PROFILE, report_dir, run_settings
+from harness.options import DEFAULT_PROFILE, given_cases_dirs, report_dir, run_settings
 from harness.pipeline import PipelineCache
 from harness.scheduling import ShardSpecError, load_durations, parse_shard
 
@@ -32,14 +31,7 @@ class SessionState:
         self.config = config
         self.checks = checks
         configured = [(config.rootpath / d).resolve() for d in config.getini("wrapq_cases_dir")]
-        # --wrapq-cases-dir: relative to where pytest was invoked, as a path argument would be
-        given = [
-            (config.invocation_params.dir / Path(d).expanduser()).resolve()
-            for d in config.getoption("wrapq_cases_dirs") or []
-        ]
-        missing = [str(d) for d in given if not d.is_dir()]
-        if missing:
-            raise pytest.UsageError(f"--wrapq-cases-dir: no such directory: {', '.join(missing)}")
+        given = given_cases_dirs(config)
         self.given_cases_dirs = given
         self.cases_dirs = configured + [d for d in given if d not in configured]
         self.profiles: list[str] = config.getoption("wrapq_profiles") or [DEFAULT_PROFILE]
@@ -47,7 +39,7 @@ class SessionState:
         self.is_worker = hasattr(config, "workerinput")
         self.report_dir = report_dir(config)
         self.run_id = run_id(config)
-        settings = run_settings(config, self.run_id)
+        settings = run_settings(config, self.run_id, given)
         self.pipelines = PipelineCache(artifact_dir=self.report_dir / "artifacts", settings=settings)
         shard = config.getoption("wrapq_shard")
         try:

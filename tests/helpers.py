@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
+from safetensors.torch import load_file, save_file
+
+from harness import golden
 from harness.case import Case
 from harness.checks import all_checks
 from harness.checks.base import CheckResult
@@ -46,12 +51,6 @@ PINNED = _pinned()
 def edit_golden(directory, case: str, profile: str, edit) -> None:
     """Change a golden's stored tensors with ``edit(tensors)`` and re-sign its manifest, so the change
     reads as drift (not as a corrupt file)."""
-    import json
-
-    from safetensors.torch import load_file, save_file
-
-    from harness import golden
-
     tensor_path, manifest_path = golden.paths(directory, case, profile)
     tensors = load_file(str(tensor_path))
     edit(tensors)
