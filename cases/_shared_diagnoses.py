@@ -35,20 +35,3 @@ def replaced_qparams(
         if wanted
     ]
     return expect(*chosen, check="qparam_consistency")
-
-
-def with_expected(cases: list, expectations: dict[str, dict[str, Expected]]) -> list:
-    """``cases`` with more expected failures merged in by case name; a name that matches no case
-    is a definition error (an expectation never silently goes stale)."""
-    import dataclasses
-
-    names = {case.name for case in cases}
-    unknown = sorted(set(expectations) - names)
-    if unknown:
-        raise ValueError(f"expectations for unknown case(s): {unknown}")
-    return [
-        dataclasses.replace(case, expected_failures={**case.expected_failures, **expectations[case.name]})
-        if case.name in expectations
-        else case
-        for case in cases
-    ]

@@ -77,23 +77,8 @@ def calibration_count(profile: str, tiny: int) -> int:
     return 1 if profile == PROFILE else tiny
 
 
-# The shapes each case uses at this profile, by the name of the TICO smoke accessor that gives the
-# same number for TICO's case of that name (the test calls it): prefill_seq_len (the prefill length),
-# decode_max_seq (the decode cache capacity), vision_patch_seq_len (vision patch slots, padding
-# included), visual_token_seq_len (valid soft tokens), vision_pool_output_length (pooler slots),
-# vision_grid (Qwen3-VL grid_thw). Filled in by the case files (``declare``); the test compares.
-CASE_SHAPES: dict[str, dict[str, object]] = {}
-
-# Cases of TICO's static-runtime sets this harness does not run at the profile, with the reason
-# (each also stated beside the case).
-LEFT_OUT: dict[str, str] = {}
-
-
-def declare(case_name: str, **shapes: object) -> str:
-    """Record the static-runtime shapes ``case_name`` uses; returns the profile name."""
-    CASE_SHAPES[case_name] = dict(shapes)
-    return PROFILE
-
-
-def leave_out(case_name: str, reason: str) -> None:
-    LEFT_OUT[case_name] = reason
+# Each case states the shapes it uses at this profile in ``Case.deployment_shapes``, by the name of the
+# TICO smoke accessor that gives the same number for TICO's case of that name (the test calls it):
+# prefill_seq_len (the prefill length), decode_max_seq (the decode cache capacity), vision_patch_seq_len
+# (vision patch slots, padding included), visual_token_seq_len (valid soft tokens),
+# vision_pool_output_length (pooler slots), vision_grid (Qwen3-VL grid_thw).

@@ -300,6 +300,7 @@ def _derived(base: str, name: str, algorithm: AlgorithmCapability, nightly: bool
     # wrapper's, not a claim about the algorithm
     changes.setdefault("profiles", ("tiny",))
     changes.setdefault("profile_limits", {p: v for p, v in case.profile_limits.items() if p in changes["profiles"]})
+    changes.setdefault("deployment_shapes", {})
     if nightly:
         build = changes.pop("build", case.build)
         changes.update(build=lambda profile: build("tiny"), profiles=(NIGHTLY,), golden_profiles=(NIGHTLY,))

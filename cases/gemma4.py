@@ -30,8 +30,7 @@ from cases._gemma4_common import (
     vision_model_sample,
 )
 from cases._gemma4_text_common import text_config as shared_text_config
-from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import replaced_qparams, with_expected
+from cases._shared_diagnoses import replaced_qparams
 from harness import (
     Built,
     Case,
@@ -39,6 +38,7 @@ from harness import (
     ExportCapability,
     MaskCapability,
     MaskProbe,
+    ProfileLimits,
     RotaryCapability,
     RotaryTables,
     Sample,
@@ -217,6 +217,10 @@ VISION_ENCODER = Case(
     mask=MaskCapability(probes=_ENCODER_SITE.masks),
     ungated_samples={"padded": _PADDING_HAZARD},
     expected_failures={"mask_quant": _PADDING_HAZARD_PROBLEMS, "qparam_consistency": replaced_qparams()},
+    # static_runtime calibrates on TICO's padded static layout (build_vision_encoder): the mask observer
+    # sees the fill there, so the padding hazard's cause is absent and mask_quant must pass
+    profile_limits={STATIC: ProfileLimits(expected_failures={"mask_quant": None})},
+    deployment_shapes={"vision_patch_seq_len": static.GEMMA4_NUM_PATCHES},
 )
 
 VISION_ENCODER_PADDED_CALIB = dataclasses.replace(
@@ -229,6 +233,8 @@ VISION_ENCODER_PADDED_CALIB = dataclasses.replace(
     settings=merged_settings(VISION_ENCODER.settings, quant_accuracy={"max_mean_abs_diff": 0.15}),
     ungated_samples={},
     expected_failures={"qparam_consistency": replaced_qparams()},
+    profile_limits={},
+    deployment_shapes={},
 )
 
 # -- vision attention and encoder layer: HF RoPE for real pixel positions, additive masks ----
@@ -292,6 +298,8 @@ VISION_PARTS = [
             args=lambda s: (s.kwargs["hidden_states"], s.kwargs["position_embeddings"], s.kwargs["attention_mask"]),
             samples=("default", "padded"),
         ),
+        expected_failures={"qparam_consistency": replaced_qparams()},
+        deployment_shapes={"vision_patch_seq_len": static.GEMMA4_NUM_PATCHES},
         **_LAYER_PART,
     ),
     Case(
@@ -311,7 +319,11 @@ VISION_PARTS = [
             samples=("default", "padded"),
             unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("decode"),
         ),
-        expected_failures={"export_contract": expect("export-adapter-accepts-calib")},
+        expected_failures={
+            "export_contract": expect("export-adapter-accepts-calib"),
+            "qparam_consistency": replaced_qparams(),
+        },
+        deployment_shapes={"vision_patch_seq_len": static.GEMMA4_NUM_PATCHES},
         **_LAYER_PART,
     ),
 ]
@@ -401,6 +413,7 @@ VISION_PARTS += [
             ),
             args=lambda s: (s.args[0],),
         ),
+        deployment_shapes={"vision_patch_seq_len": static.GEMMA4_NUM_PATCHES},
         **_LAYER_PART,
     ),
     Case(
@@ -422,6 +435,10 @@ VISION_PARTS += [
             ),
             args=lambda s: (s.kwargs["hidden_states"],),
         ),
+        deployment_shapes={
+            "vision_patch_seq_len": static.GEMMA4_NUM_PATCHES,
+            "vision_pool_output_length": static.GEMMA4["max_soft_tokens"],
+        },
         **_LAYER_PART,
     ),
 ]
@@ -468,6 +485,11 @@ _VISION_MODEL_SITE = VisionEncoderSite(
     like=lambda sample: sample.kwargs["pixel_values"],
 )
 
+_NO_STANDARDIZE = (
+    "QuantGemma4VisionModel applies obs_minus_bias only when config.standardize; the E2B vision config does "
+    "not standardize, so at this width it is never fed"
+)
+
 VISION_MODEL = Case(
     name="gemma4_vision_model",
     build=build_vision_model,
@@ -498,6 +520,12 @@ VISION_MODEL = Case(
     ),
     rotary=RotaryCapability(tables=_VISION_MODEL_SITE.rotary),
     mask=MaskCapability(probes=_VISION_MODEL_SITE.masks),
+    expected_failures={"qparam_consistency": replaced_qparams()},
+    # E2B's vision config, like TICO's e2b_dims and e2b_static_runtime smoke, does not standardize
+    profile_limits={
+        profile: ProfileLimits(unused_observers={"obs_minus_bias": _NO_STANDARDIZE}) for profile in ("e2b_dims", STATIC)
+    },
+    deployment_shapes={"vision_patch_seq_len": static.GEMMA4_NUM_PATCHES},
     **_LAYER_PART,
 )
 
@@ -532,59 +560,9 @@ TEXT_PARTS = [
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         export=whole_module_export(),
+        deployment_shapes={"prefill_seq_len": static.GEMMA4["max_seq"]},
         **_LAYER_PART,
     ),
 ]
 
 CASES = [VISION_ENCODER, VISION_ENCODER_PADDED_CALIB, *VISION_PARTS, VISION_MODEL, *TEXT_PARTS]
-
-
-# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(
-    CASES,
-    {
-        "gemma4_vision_attention": {"qparam_consistency": replaced_qparams()},
-        "gemma4_vision_encoder_layer": {"qparam_consistency": replaced_qparams()},
-        "gemma4_vision_model": {"qparam_consistency": replaced_qparams()},
-    },
-)
-
-
-# The nightly profile's own limits, with their sources (cases/limits/e2b_dims.json).
-_NO_STANDARDIZE = {
-    "gemma4_vision_model": {
-        "obs_minus_bias": (
-            "QuantGemma4VisionModel applies obs_minus_bias only when config.standardize "
-            "(gemma4/quant_vision_model.py:187-196); the E2B vision config, like TICO's e2b_dims and "
-            "e2b_static_runtime "
-            "smoke, does not standardize, so at this width it is never fed"
-        )
-    }
-}
-CASES = with_profile_limits(CASES, "e2b_dims", unused_observers=_NO_STANDARDIZE)
-# The static_runtime profile's limits (cases/limits/static_runtime.json); E2B widths, so the same allowlist.
-# Its encoder calibration sample is TICO's static layout, padded (build_vision_encoder), so the attention-mask
-# observer sees the -120 fill: the padding hazard's cause is absent there and mask_quant must pass.
-CASES = with_profile_limits(
-    CASES,
-    "static_runtime",
-    unused_observers=_NO_STANDARDIZE,
-    expected_failures={"gemma4_vision_encoder": {"mask_quant": None}},
-)
-
-
-# The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
-for _name in (
-    "gemma4_vision_encoder",
-    "gemma4_vision_attention",
-    "gemma4_vision_encoder_layer",
-    "gemma4_vision_patch_embedder",
-    "gemma4_vision_model",
-):
-    static.declare(_name, vision_patch_seq_len=static.GEMMA4_NUM_PATCHES)
-static.declare(
-    "gemma4_vision_pooler",
-    vision_patch_seq_len=static.GEMMA4_NUM_PATCHES,
-    vision_pool_output_length=static.GEMMA4["max_soft_tokens"],
-)
-static.declare("gemma4_text_mlp", prefill_seq_len=static.GEMMA4["max_seq"])

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams
 from harness import (
     Built,
     Case,
@@ -375,6 +375,7 @@ CASES = [
             "mask_quant": _MASK_NEVER_SEES_FILL,
             "dynamic_vs_export": _CAPACITY_SLOTS_LEAK,
             "no_side_effects": MASK_TEMPLATE_PER_LAYER,
+            "qparam_consistency": replaced_qparams(),
         },
     ),
     Case(
@@ -402,12 +403,3 @@ CASES = [
         },
     ),
 ]
-
-
-# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(
-    CASES,
-    {
-        "gemma4_assistant_core": {"qparam_consistency": replaced_qparams()},
-    },
-)

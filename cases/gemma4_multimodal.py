@@ -25,8 +25,7 @@ from cases._gemma4_common import (
     vision_model_sample,
 )
 from cases._gemma4_text_common import additive_mask, allowed_pairs, attention_unused, sin_in_convention
-from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams
 from cases.gemma4 import text_config
 from harness import (
     Built,
@@ -68,9 +67,6 @@ def build_multimodal_embedder(profile: str) -> Built:
     )
 
 
-static.declare("gemma4_multimodal_embedder", visual_token_seq_len=static.GEMMA4["num_visual_tokens"])
-
-
 MULTIMODAL_EMBEDDER = Case(
     name="gemma4_multimodal_embedder",
     build=build_multimodal_embedder,
@@ -88,6 +84,7 @@ MULTIMODAL_EMBEDDER = Case(
         args=lambda sample: sample.args,
         refuses_calib=False,
     ),
+    deployment_shapes={"visual_token_seq_len": static.GEMMA4["num_visual_tokens"]},
     **_COMMON,
 )
 
@@ -395,7 +392,7 @@ MODEL_CASES = [
         rotary=RotaryCapability(tables=_MODEL_SITE.rotary),
         mask=MaskCapability(probes=_MODEL_SITE.masks),
         unused_observers={**_TEXT_UNUSED, "obs_per_layer_inputs": _PLE_OFF},
-        expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER},
+        expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER, "qparam_consistency": replaced_qparams()},
         **_COMMON,
     ),
     Case(
@@ -450,18 +447,3 @@ MODEL_CASES = [
 ]
 
 CASES = [MULTIMODAL_EMBEDDER, *MODEL_CASES]
-
-
-# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(
-    CASES,
-    {
-        "gemma4_model": {"qparam_consistency": replaced_qparams()},
-    },
-)
-
-
-# The nightly profile's own limits, with their sources (cases/limits/e2b_dims.json).
-CASES = with_profile_limits(CASES, "e2b_dims")
-# The static_runtime profile's limits (cases/limits/static_runtime.json).
-CASES = with_profile_limits(CASES, "static_runtime")

@@ -39,8 +39,7 @@ from cases._gemma4_text_common import (
     sin_in_convention,
     text_config,
 )
-from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams, with_expected
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams
 from harness import (
     Built,
     Case,
@@ -399,6 +398,10 @@ _PLE_DECODE_SWEEP = Sweep(
     },
 )
 
+# At static_runtime these run TICO's e2b_static_runtime decoder layers: 2048 tokens (prefill length and decode
+# cache capacity), the config's own 512-token window, one calibration sample, and Per-Layer Embeddings on
+# (hidden_size_per_layer_input 256, TICO's _GEMMA4_E2B_PLE_DIM) with the producer's observer the case owns
+# (cases/_gemma4_ple.py), as TICO's smoke does.
 DECODER_LAYERS = [
     Case(
         name="gemma4_text_decoder_layer_prefill",
@@ -413,6 +416,8 @@ DECODER_LAYERS = [
         unused_observers=_ATTN_UNUSED,
         export=_prefill_export(),
         mask=_LAYER_MASKS,
+        expected_failures={"qparam_consistency": replaced_qparams()},
+        deployment_shapes={"prefill_seq_len": _seq(STATIC)},
         **_LAYER,
     ),
     Case(
@@ -439,7 +444,12 @@ DECODER_LAYERS = [
         unused_observers=_ATTN_UNUSED,
         export=_prefill_export(),
         mask=_LAYER_MASKS,
-        expected_failures={"mask_fill": _SLIDING_FALLBACK_FILL, "mask_quant": _SLIDING_FALLBACK_QUANT},
+        expected_failures={
+            "mask_fill": _SLIDING_FALLBACK_FILL,
+            "mask_quant": _SLIDING_FALLBACK_QUANT,
+            "qparam_consistency": replaced_qparams(),
+        },
+        deployment_shapes={"prefill_seq_len": _seq(STATIC)},
         **_LAYER,
     ),
     Case(
@@ -462,7 +472,11 @@ DECODER_LAYERS = [
         export=_DECODE_EXPORT,
         mask=MaskCapability(probes=_decode_masks),
         ungated_samples={"partial_cache": _EMPTY_SLOTS},
-        expected_failures={"mask_quant": _EMPTY_SLOTS_PROBLEMS},
+        expected_failures={
+            "mask_quant": _EMPTY_SLOTS_PROBLEMS,
+            "qparam_consistency": replaced_qparams(kv_present=True),
+        },
+        deployment_shapes={"decode_max_seq": _seq(STATIC)},
         **_LAYER,
     ),
     Case(
@@ -477,19 +491,11 @@ DECODER_LAYERS = [
         unused_observers=_SHARED_KV_UNUSED,
         export=_prefill_export(with_shared_kv=True),
         mask=_LAYER_MASKS,
+        expected_failures={"qparam_consistency": replaced_qparams()},
+        deployment_shapes={"prefill_seq_len": _seq(STATIC)},
         **_LAYER,
     ),
 ]
-
-# At static_runtime these run TICO's e2b_static_runtime decoder layers: 2048 tokens (prefill length and decode
-# cache capacity), the config's own 512-token window, one calibration sample, and Per-Layer Embeddings on
-# (hidden_size_per_layer_input 256, TICO's _GEMMA4_E2B_PLE_DIM) with the producer's observer the case owns
-# (cases/_gemma4_ple.py), as TICO's smoke does.
-for _case in DECODER_LAYERS:
-    if _case.name == "gemma4_text_decoder_layer_decode":
-        static.declare(_case.name, decode_max_seq=_seq(STATIC))
-    else:
-        static.declare(_case.name, prefill_seq_len=_seq(STATIC))
 
 # -- scaled word embedding ------------------------------------------------------------------------
 
@@ -518,6 +524,7 @@ EMBEDDING = Case(
     },
     # as_export_module() returns the wrapper itself whatever the mode name: the module is exported.
     export=whole_module_export(),
+    expected_failures={"qparam_consistency": replaced_qparams(rotate_half=False, embedding=True)},
     **_GEMMA4,
 )
 
@@ -682,23 +689,3 @@ TEXT_MODEL = Case(
 )
 
 CASES = [*DECODER_LAYERS, EMBEDDING, TEXT_MODEL]
-
-
-# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(
-    CASES,
-    {
-        "gemma4_text_decoder_layer_prefill": {"qparam_consistency": replaced_qparams()},
-        "gemma4_text_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
-        "gemma4_text_decoder_layer_shared_kv": {"qparam_consistency": replaced_qparams()},
-        "gemma4_text_decoder_layer_sliding_prefill": {"qparam_consistency": replaced_qparams()},
-        "gemma4_text_scaled_word_embedding": {
-            "qparam_consistency": replaced_qparams(rotate_half=False, embedding=True)
-        },
-    },
-)
-
-
-# The nightly profiles' own limits, with their sources (cases/limits/e2b_dims.json, cases/limits/static_runtime.json).
-CASES = with_profile_limits(CASES, "e2b_dims")
-CASES = with_profile_limits(CASES, "static_runtime")

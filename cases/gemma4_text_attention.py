@@ -36,8 +36,7 @@ from cases._gemma4_text_common import (
     npu_export_config,
     text_config,
 )
-from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import replaced_qparams, with_expected
+from cases._shared_diagnoses import replaced_qparams
 from harness import Built, Case, CaseInputs, Expected, ExportCapability, MaskCapability, MaskProbe, Sample, unwrap
 from harness.findings import expect
 
@@ -254,10 +253,9 @@ def _case(
     profiles=None,
 ) -> Case:
     common = dict(_COMMON, profiles=profiles or PROFILES)
-    if STATIC in common["profiles"]:
-        static.declare(
-            name, **({"prefill_seq_len": _seq(STATIC)} if mode == "prefill" else {"decode_max_seq": _seq(STATIC)})
-        )
+    # the decode path's present K/V are requantized too, unless the K/V are another layer's (shared)
+    qparams = replaced_qparams(kv_present=mode == "decode" and not shared_layers)
+    shape = "prefill_seq_len" if mode == "prefill" else "decode_max_seq"
     return Case(
         name=name,
         build=functools.partial(
@@ -270,8 +268,13 @@ def _case(
         ),
         settings=settings,
         export=_export(mode),
-        expected_failures={"export_contract": _NO_CALIB_GUARD, **(expected_failures or {})},
+        expected_failures={
+            "export_contract": _NO_CALIB_GUARD,
+            "qparam_consistency": qparams,
+            **(expected_failures or {}),
+        },
         unused_observers=attention_unused(shared_kv=bool(shared_layers)),
+        deployment_shapes={shape: _seq(STATIC)} if STATIC in common["profiles"] else {},
         **common,
     )
 
@@ -340,7 +343,7 @@ CASES = [
         layer_types=("full_attention",),
         layer_idx=0,
         k_eq_v=True,
-        profiles=("tiny", "e2b_dims"),  # not static_runtime: see the leave_out below
+        profiles=("tiny", "e2b_dims"),  # not static_runtime: see below
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.04, "max_abs_diff": 0.16, "max_peir": 0.06, "min_sqnr_db": 18.5},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -377,24 +380,3 @@ CASES = [
 # Not at static_runtime: gemma4_text_attention_k_eq_v_prefill. TICO's e2b_static_runtime set excludes it (the
 # profile follows the real E2B execution contract, and E2B uses attention_k_eq_v=False: wrapper_smoke/cases/gemma4.py,
 # _GEMMA4_E2B_STATIC_RUNTIME_SUPPORTED_CASES); it keeps tiny and e2b_dims.
-
-
-# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(
-    CASES,
-    {
-        "gemma4_text_attention_prefill": {"qparam_consistency": replaced_qparams()},
-        "gemma4_text_attention_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
-        "gemma4_text_attention_sliding_prefill": {"qparam_consistency": replaced_qparams()},
-        "gemma4_text_attention_sliding_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
-        "gemma4_text_attention_k_eq_v_prefill": {"qparam_consistency": replaced_qparams()},
-        "gemma4_text_attention_shared_kv_prefill": {"qparam_consistency": replaced_qparams()},
-        "gemma4_text_attention_shared_kv_decode": {"qparam_consistency": replaced_qparams()},
-    },
-)
-
-
-# The nightly profile's own limits, with their sources (cases/limits/e2b_dims.json).
-CASES = with_profile_limits(CASES, "e2b_dims")
-# The static_runtime profile's limits (cases/limits/static_runtime.json).
-CASES = with_profile_limits(CASES, "static_runtime")

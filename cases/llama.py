@@ -14,8 +14,7 @@ from __future__ import annotations
 import torch
 
 from cases import _static_runtime as static
-from cases._profile_limits import with_profile_limits
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, PRESENT_V_PER_HEAD, replaced_qparams, with_expected
+from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, PRESENT_V_PER_HEAD, replaced_qparams
 from harness import (
     Built,
     Case,
@@ -24,6 +23,7 @@ from harness import (
     ExportCapability,
     MaskCapability,
     MaskProbe,
+    ProfileLimits,
     RotaryCapability,
     RotaryTables,
     Sample,
@@ -410,6 +410,7 @@ CASES = [
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         export=whole_module_export(),
+        deployment_shapes={"prefill_seq_len": window(STATIC)},
     ),
     Case(
         name="llama_attention_prefill",
@@ -441,8 +442,9 @@ CASES = [
             unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
         ),
         unused_observers={"obs_past_key": _PREFILL_CACHE, "obs_past_value": _PREFILL_CACHE},
-        expected_failures={"export_contract": _NO_CALIB_GUARD},
+        expected_failures={"export_contract": _NO_CALIB_GUARD, "qparam_consistency": replaced_qparams()},
         sweep=ATTENTION_SWEEP,
+        deployment_shapes={"prefill_seq_len": window(STATIC)},
     ),
     Case(
         name="llama_attention_decode",
@@ -470,7 +472,11 @@ CASES = [
             args=lambda s: (s.args[0], s.args[1], s.kwargs["attention_mask"], s.kwargs["past_key_value"]),
             unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
         ),
-        expected_failures={"export_contract": _NO_CALIB_GUARD},
+        expected_failures={
+            "export_contract": _NO_CALIB_GUARD,
+            "qparam_consistency": replaced_qparams(kv_present=True),
+        },
+        deployment_shapes={"decode_max_seq": window(STATIC)},
     ),
     Case(
         name="llama_decoder_layer_prefill",
@@ -501,9 +507,15 @@ CASES = [
             "self_attn.wrapped.obs_past_key": _PREFILL_CACHE,
             "self_attn.wrapped.obs_past_value": _PREFILL_CACHE,
         },
-        expected_failures={"export_contract": _NO_CALIB_GUARD, "no_side_effects": MASK_TEMPLATE_PER_LAYER},
+        expected_failures={
+            "export_contract": _NO_CALIB_GUARD,
+            "no_side_effects": MASK_TEMPLATE_PER_LAYER,
+            "qparam_consistency": replaced_qparams(llama_residual=True),
+            "qparam_audit": expect("llama-decoder-float-residual-stream"),
+        },
         rotary=RotaryCapability(tables=_layer_rotary),
         mask=MaskCapability(probes=_layer_masks),
+        deployment_shapes={"prefill_seq_len": window(STATIC)},
     ),
 ]
 
@@ -665,6 +677,7 @@ _KEY_FOLD = (
     "scaled at runtime: the raw-logit and scale observers serve the scale_fusion='none' profile only"
 )
 _NO_CALIB_GUARD_DECODE = expect("export-adapter-accepts-calib")
+_DECODE_LAYER_QPARAMS = replaced_qparams(kv_present=True, llama_residual=True)
 
 CASES.append(
     Case(
@@ -709,7 +722,18 @@ CASES.append(
             ),
         ),
         unused_observers={"self_attn.wrapped.obs_scale": _KEY_FOLD, "self_attn.wrapped.obs_logits_raw": _KEY_FOLD},
-        expected_failures={"export_contract": _NO_CALIB_GUARD_DECODE, "no_side_effects": MASK_TEMPLATE_PER_LAYER},
+        expected_failures={
+            "export_contract": _NO_CALIB_GUARD_DECODE,
+            "no_side_effects": MASK_TEMPLATE_PER_LAYER,
+            "qparam_consistency": _DECODE_LAYER_QPARAMS,
+            "qparam_audit": expect("llama-decoder-float-residual-stream"),
+        },
+        # At Llama 3.2-3B widths the layer has 8 KV heads: its unrolled attention shows the per-head present-V
+        # finding the 1-KV-head tiny config cannot.
+        profile_limits={
+            STATIC: ProfileLimits(expected_failures={"qparam_consistency": _DECODE_LAYER_QPARAMS + PRESENT_V_PER_HEAD})
+        },
+        deployment_shapes={"decode_max_seq": window(STATIC)},
         rotary=RotaryCapability(tables=_layer_decode_rotary),
         mask=MaskCapability(probes=_layer_decode_masks),
         # Two K/V heads put the unrolled attention's per-head V selection in front of the present-V
@@ -732,53 +756,3 @@ CASES.append(
         ),
     )
 )
-
-
-# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(
-    CASES,
-    {
-        "llama_attention_prefill": {"qparam_consistency": replaced_qparams()},
-        "llama_attention_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
-        "llama_decoder_layer_prefill": {
-            "qparam_consistency": replaced_qparams(llama_residual=True),
-            "qparam_audit": expect("llama-decoder-float-residual-stream"),
-        },
-        "llama_decoder_layer_decode": {
-            "qparam_consistency": replaced_qparams(kv_present=True, llama_residual=True),
-            "qparam_audit": expect("llama-decoder-float-residual-stream"),
-        },
-    },
-)
-
-
-# The static_runtime profile's limits (cases/limits/static_runtime.json). At Llama 3.2-3B widths the decode layer
-# has 8 KV heads, so its unrolled attention shows the per-head present-V finding (cases/_shared_diagnoses.py) the
-# 1-KV-head tiny config cannot (measured at static_runtime: 8 concatenations cat_2 .. cat_44, one per head).
-_DECODE_QPARAMS = next(c for c in CASES if c.name == "llama_decoder_layer_decode").expected_failures[
-    "qparam_consistency"
-]
-# The INT16 MLP at 3B widths (8192-wide down_proj): Circle vs torch as exported max 2 / mean 0.203 output steps
-# (native and scalar alike), which circle_replay once gated because tico replaces no qparam here. Cause: the Circle
-# runtime's arithmetic, its rounding (round half away from zero of value / scale, circle/runtime/quantization.py
-# quantize_array; torch: nearbyint(x * (1 / scale))) and FULLY_CONNECTED in numpy float32 (circle/runtime/kernels/
-# nn.py:428-429): with both modelled torch is within max 1 / mean 0.0002 steps of Circle, with neither it equals torch
-# as exported. circle_replay now gates every case against that aligned copy, so the case keeps its one-flip limits
-# and needs no expectation here.
-CASES = with_profile_limits(
-    CASES,
-    STATIC,
-    expected_failures={
-        "llama_decoder_layer_decode": {"qparam_consistency": _DECODE_QPARAMS + PRESENT_V_PER_HEAD},
-    },
-)
-
-# The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
-for _name, _shape in (
-    ("llama_mlp", "prefill_seq_len"),
-    ("llama_attention_prefill", "prefill_seq_len"),
-    ("llama_attention_decode", "decode_max_seq"),
-    ("llama_decoder_layer_prefill", "prefill_seq_len"),
-    ("llama_decoder_layer_decode", "decode_max_seq"),
-):
-    static.declare(_name, **{_shape: window(STATIC)})

@@ -32,7 +32,6 @@ import dataclasses
 import torch
 
 from cases import llama
-from cases._profile_limits import with_profile_limits
 from cases._shared_diagnoses import PRESENT_V_PER_HEAD, replaced_qparams
 from cases.llama_model import hf_call as _hf_lm  # HF gets its own (B, S) padding mask
 from cases.llama_model import lm_sample as _lm_sample  # the wrapper's (B, 1, S) mask: llama_model's docstring
@@ -278,7 +277,13 @@ def build_causal_lm(n_layers: int):
 
 _TINY = {case.name: case for case in llama.CASES}
 # profile_limits: the tiny case's other profiles' limits (its nightly static_runtime) are not this profile's
-_REAL = dict(profiles=(PROFILE,), golden_profiles=(), unavailable=rw.unavailable_reason, profile_limits={})
+_REAL = dict(
+    profiles=(PROFILE,),
+    golden_profiles=(),
+    unavailable=rw.unavailable_reason,
+    profile_limits={},
+    deployment_shapes={},
+)
 # Every accuracy field gated, so `python -m harness limits --profile real_weights` proposes each;
 # the reviewed table (cases/limits/real_weights.json) replaces these placeholders.
 _UNMEASURED = {
@@ -373,8 +378,6 @@ CASES = [
     ),
 ]
 
-CASES = with_profile_limits(CASES, PROFILE)
-
 # --- the whole model: nightly only (profile real_weights_full; .ci/run and the PR gate run neither) ---------------
 # The same wrapper (QuantLlamaForCausalLM), inputs and calibration as llama_for_causal_lm_real_2l, with all 30
 # layers, for perplexity / top-1 / KL of the model users deploy. No export capability: converting the
@@ -400,17 +403,14 @@ def _whole_model(name: str, description: str, **changes) -> Case:
     )
 
 
-CASES += with_profile_limits(
-    [
-        _whole_model(
-            "llama_for_causal_lm_real_30l",
-            "SmolLM2-135M-Instruct whole (30 layers, final norm, tied head), default uint8 PTQConfig, real text",
-        ),
-        _whole_model(
-            "llama_for_causal_lm_w8a16_real_30l",
-            "SmolLM2-135M-Instruct whole, int16 activations and uint8 per-channel weights, real text",
-            ptq_config=w8a16_config,
-        ),
-    ],
-    FULL_PROFILE,
-)
+CASES += [
+    _whole_model(
+        "llama_for_causal_lm_real_30l",
+        "SmolLM2-135M-Instruct whole (30 layers, final norm, tied head), default uint8 PTQConfig, real text",
+    ),
+    _whole_model(
+        "llama_for_causal_lm_w8a16_real_30l",
+        "SmolLM2-135M-Instruct whole, int16 activations and uint8 per-channel weights, real text",
+        ptq_config=w8a16_config,
+    ),
+]

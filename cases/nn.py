@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cases._shared_diagnoses import replaced_qparams, with_expected
+from cases._shared_diagnoses import replaced_qparams
 from harness import Built, Case, CaseInputs, Sample, Sweep, whole_module_export
 from harness.findings import expect, expect_on
 
@@ -165,7 +165,10 @@ CASES = [
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         export=whole_module_export(),
-        expected_failures={"qparam_audit": expect("conv3d-decomposed-float-bias")},
+        expected_failures={
+            "qparam_audit": expect("conv3d-decomposed-float-bias"),
+            "qparam_consistency": replaced_qparams(rotate_half=False, conv3d_slices=True),
+        },
         **_LEAF,
     ),
     Case(
@@ -209,16 +212,7 @@ CASES = [
             "the tie",
             "ptq_overrides": "the root is a test composite that owns no observer of its own",
         },
+        expected_failures={"qparam_consistency": replaced_qparams(rotate_half=False, embedding=True)},
         **_LEAF,
     ),
 ]
-
-
-# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(
-    CASES,
-    {
-        "nn_conv3d": {"qparam_consistency": replaced_qparams(rotate_half=False, conv3d_slices=True)},
-        "nn_tied_embedding": {"qparam_consistency": replaced_qparams(rotate_half=False, embedding=True)},
-    },
-)

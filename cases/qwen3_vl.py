@@ -14,7 +14,6 @@ from __future__ import annotations
 import torch
 
 from cases import _static_runtime as static
-from cases._profile_limits import with_profile_limits
 from cases._qwen3_vl_common import (
     FOLDED_SCALE,
     PROFILES,
@@ -25,7 +24,7 @@ from cases._qwen3_vl_common import (
     vision_config,
     vision_sample,
 )
-from cases._shared_diagnoses import replaced_qparams, with_expected
+from cases._shared_diagnoses import replaced_qparams
 from harness import (
     Built,
     Case,
@@ -143,6 +142,7 @@ VISION_MODEL = Case(
         "blocks.*.attn.wrapped.obs_scaling": FOLDED_SCALE,
         "blocks.*.attn.wrapped.obs_mul_logits_scale": FOLDED_SCALE,
     },
+    deployment_shapes={"vision_grid": STATIC_GRID},
 )
 
 # -- vision sub-modules (TICO's qwen3_vl_vision_* smoke cases, with HF RoPE and non-square grids)
@@ -265,6 +265,7 @@ VISION_PARTS = [
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         export=whole_module_export(),
+        deployment_shapes={"vision_patch_seq_len": static.QWEN3_VL_PATCH_TOKENS},
         **_PART,
     ),
     Case(
@@ -277,6 +278,8 @@ VISION_PARTS = [
         },
         unused_observers={"obs_scaling": FOLDED_SCALE, "obs_mul_logits_scale": FOLDED_SCALE},
         export=_fixed_grid_export(),
+        expected_failures={"qparam_consistency": replaced_qparams()},
+        deployment_shapes={"vision_grid": STATIC_GRID},
         **_PART,
     ),
     Case(
@@ -289,6 +292,8 @@ VISION_PARTS = [
         },
         unused_observers={"attn.wrapped.obs_scaling": FOLDED_SCALE, "attn.wrapped.obs_mul_logits_scale": FOLDED_SCALE},
         export=_fixed_grid_export(),
+        expected_failures={"qparam_consistency": replaced_qparams()},
+        deployment_shapes={"vision_grid": STATIC_GRID},
         **_PART,
     ),
     Case(
@@ -300,6 +305,7 @@ VISION_PARTS = [
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         export=whole_module_export(),
+        deployment_shapes={"vision_grid": STATIC_GRID},
         **_PART,
     ),
     Case(
@@ -311,6 +317,7 @@ VISION_PARTS = [
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         export=whole_module_export(),
+        deployment_shapes={"vision_patch_seq_len": static.QWEN3_VL_PATCH_TOKENS},
         **_PART,
     ),
 ]
@@ -341,37 +348,9 @@ TEXT_PARTS = [
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         export=whole_module_export(),
+        deployment_shapes={"prefill_seq_len": static.QWEN3_VL["max_seq"]},
         **_PART,
     ),
 ]
 
 CASES = [VISION_MODEL, *VISION_PARTS, *TEXT_PARTS]
-
-
-# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(
-    CASES,
-    {
-        "qwen3_vl_vision_attention": {"qparam_consistency": replaced_qparams()},
-        "qwen3_vl_vision_block": {"qparam_consistency": replaced_qparams()},
-    },
-)
-
-
-# The nightly profile's own limits, with their sources (cases/limits/e2b_dims.json).
-CASES = with_profile_limits(CASES, "e2b_dims")
-# The static_runtime profile's limits (cases/limits/static_runtime.json).
-CASES = with_profile_limits(CASES, "static_runtime")
-
-
-# The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
-for _name in (
-    "qwen3_vl_vision_model",
-    "qwen3_vl_vision_attention",
-    "qwen3_vl_vision_block",
-    "qwen3_vl_vision_patch_embed",
-):
-    static.declare(_name, vision_grid=STATIC_GRID)
-for _name in ("qwen3_vl_vision_mlp", "qwen3_vl_vision_patch_merger"):
-    static.declare(_name, vision_patch_seq_len=static.QWEN3_VL_PATCH_TOKENS)
-static.declare("qwen3_vl_text_mlp", prefill_seq_len=static.QWEN3_VL["max_seq"])

@@ -18,14 +18,12 @@ from types import SimpleNamespace
 import torch
 
 from cases import _static_runtime as static
-from cases._profile_limits import with_profile_limits
 from cases._qwen3_vl_common import FOLDED_SCALE, QWEN3_VL_REQUIRES, hf_vision_rope, text_config, vision_sample
 from cases._shared_diagnoses import (
     MASK_ADD_GAIN,
     MASK_TEMPLATE_PER_LAYER,
     replaced_qparams,
     vision_and_mask_copies,
-    with_expected,
 )
 from harness import (
     Built,
@@ -578,7 +576,12 @@ CASES = [
         },
         mask=MaskCapability(probes=_own_causal_masks),
         unused_observers={"obs_past_key": _PREFILL_CACHE, "obs_past_value": _PREFILL_CACHE, **_ATTN_UNUSED},
-        expected_failures={"export_contract": _NO_CALIB_GUARD},
+        expected_failures={
+            "export_contract": _NO_CALIB_GUARD,
+            "qparam_consistency": replaced_qparams(),
+            "attribution": MASK_ADD_GAIN,
+        },
+        deployment_shapes={"prefill_seq_len": STATIC_SEQ},
         **_COMMON,
     ),
     Case(
@@ -595,7 +598,8 @@ CASES = [
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1, "extra_max_steps": 1.0, "extra_mean_steps": 0.1},
         },
         unused_observers=_ATTN_UNUSED,
-        expected_failures={"export_contract": _NO_CALIB_GUARD},
+        expected_failures={"export_contract": _NO_CALIB_GUARD, "qparam_consistency": replaced_qparams(kv_present=True)},
+        deployment_shapes={"decode_max_seq": STATIC_SEQ},
         export=_attention_export(
             "decode", lambda s: (s.args[0], s.args[1], s.kwargs["attention_mask"], s.kwargs["past_key_values"])
         ),
@@ -618,7 +622,8 @@ CASES = [
         ),
         mask=MaskCapability(probes=_own_causal_masks),
         unused_observers=_in_layer({"obs_past_key": _PREFILL_CACHE, "obs_past_value": _PREFILL_CACHE, **_ATTN_UNUSED}),
-        expected_failures={"export_contract": _NO_CALIB_GUARD},
+        expected_failures={"export_contract": _NO_CALIB_GUARD, "qparam_consistency": replaced_qparams()},
+        deployment_shapes={"prefill_seq_len": STATIC_SEQ},
         **_COMMON,
     ),
     Case(
@@ -635,7 +640,8 @@ CASES = [
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
         unused_observers=_in_layer(_ATTN_UNUSED),
-        expected_failures={"export_contract": _NO_CALIB_GUARD},
+        expected_failures={"export_contract": _NO_CALIB_GUARD, "qparam_consistency": replaced_qparams(kv_present=True)},
+        deployment_shapes={"decode_max_seq": STATIC_SEQ},
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("decode"),
             args=lambda s: (
@@ -673,7 +679,10 @@ CASES = [
             "layers.*.wrapped.self_attn.wrapped.obs_past_key": _NO_PAST,
             "layers.*.wrapped.self_attn.wrapped.obs_past_value": _NO_PAST,
         },
-        expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER},
+        expected_failures={
+            "no_side_effects": MASK_TEMPLATE_PER_LAYER,
+            "qparam_consistency": replaced_qparams(embedding=True),
+        },
         **_COMMON,
     ),
     Case(
@@ -712,29 +721,3 @@ CASES = [
         **_MM_CASE,
     ),
 ]
-
-
-# One tensor, two qparams: tico's passes replace qparams torch's fake-quants applied (qparam_consistency).
-CASES = with_expected(
-    CASES,
-    {
-        "qwen3_vl_text_attention_prefill": {"qparam_consistency": replaced_qparams(), "attribution": MASK_ADD_GAIN},
-        "qwen3_vl_text_attention_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
-        "qwen3_vl_text_decoder_layer_prefill": {"qparam_consistency": replaced_qparams()},
-        "qwen3_vl_text_decoder_layer_decode": {"qparam_consistency": replaced_qparams(kv_present=True)},
-        "qwen3_vl_text_model": {"qparam_consistency": replaced_qparams(embedding=True)},
-    },
-)
-
-
-# The nightly profile's own limits, with their sources (cases/limits/e2b_dims.json).
-CASES = with_profile_limits(CASES, "e2b_dims")
-# The static_runtime profile's limits (cases/limits/static_runtime.json).
-CASES = with_profile_limits(CASES, "static_runtime")
-
-
-# The static_runtime shapes each case uses (TICO's accessor names; tests/test_static_runtime_profile.py).
-for _name in ("qwen3_vl_text_attention_prefill", "qwen3_vl_text_decoder_layer_prefill"):
-    static.declare(_name, prefill_seq_len=STATIC_SEQ)
-for _name in ("qwen3_vl_text_attention_decode", "qwen3_vl_text_decoder_layer_decode"):
-    static.declare(_name, decode_max_seq=STATIC_SEQ)

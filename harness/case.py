@@ -72,18 +72,21 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 @dataclass(frozen=True)
 class ProfileLimits:
-    """What a case gates on one profile and where the numbers come from. ``settings`` (check
-    name -> fields) replaces those fields of the case's ``settings`` on that profile; a profile
-    without an entry is gated by the case's settings (stated for its first profile), and its
-    results say so. ``unused_observers``, when given, replaces the case's allowlist on that
-    profile (an observer can be fed at one width and not at another). ``expected_failures``, when given,
-    replaces the case's diagnosed failures on that profile (a finding can need a shape the other profiles
-    lack, e.g. more than one KV head)."""
+    """What a case gates on one profile besides its own settings. ``settings`` (check name ->
+    fields) replaces those fields of the case's ``settings`` on that profile and ``source`` says
+    where the numbers come from: both are measured data, read from the case directory's
+    ``limits/<profile>.json`` (``harness/limits_data.py``), so a case file rarely states them. A
+    profile without an entry is gated by the case's settings (stated for its first profile), and its
+    results say so. What a case file does state here is what differs on the profile by diagnosis:
+    ``unused_observers`` replaces the case's allowlist (an observer can be fed at one width and not at
+    another); ``expected_failures`` (check -> Expected, or None where the cause is absent on that
+    profile) is merged over the case's own (a finding can need a shape the other profiles lack, e.g.
+    more than one KV head)."""
 
-    settings: Mapping[str, Mapping[str, Any]]
-    source: str
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    source: str = ""
     unused_observers: Mapping[str, str] | None = None
-    expected_failures: Mapping[str, Expected] | None = None
+    expected_failures: Mapping[str, Expected | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,9 @@ class Case:
     qparam_allowlist: Mapping[str, str] = field(default_factory=dict)
     # observer path pattern (fnmatch, relative to the wrapped root) -> why it is never fed.
     unused_observers: Mapping[str, str] = field(default_factory=dict)
+    # the shapes the case runs at TICO's deployment profile (static_runtime), by the name of TICO's
+    # wrapper-smoke accessor giving the same number (tests/test_static_runtime_profile.py compares them)
+    deployment_shapes: Mapping[str, Any] = field(default_factory=dict)
     # How to wrap, when the root is not wrapped whole (e.g. a composite whose children are
     # prepared one by one to keep tied weights): wrap(module, cfg) -> NO_QUANT tree,
     # prepare(module, cfg) -> CALIB tree, convert(module) -> QUANT tree. None: tico's defaults.
@@ -240,24 +246,29 @@ class Case:
                     name, f"profile_limits[{profile!r}].settings", "must map check names to {field: value} mappings"
                 )
             if limits.expected_failures is not None and not all(
-                isinstance(k, str) and isinstance(v, Expected) for k, v in limits.expected_failures.items()
+                isinstance(k, str) and (v is None or isinstance(v, Expected))
+                for k, v in limits.expected_failures.items()
             ):
                 raise CaseDefinitionError(
                     name,
                     f"profile_limits[{profile!r}].expected_failures",
-                    "must map check names to Expected(reason, problems=(regex, ...))",
+                    "must map check names to Expected(reason, problems=(regex, ...)) or None",
                 )
-            if not isinstance(limits.source, str) or not limits.source.strip():
+            if not isinstance(limits.source, str) or (limits.settings and not limits.source.strip()):
                 raise CaseDefinitionError(
                     name, f"profile_limits[{profile!r}].source", "must say where the limits come from"
                 )
+        if not isinstance(self.deployment_shapes, Mapping) or not all(
+            isinstance(k, str) for k in self.deployment_shapes
+        ):
+            raise CaseDefinitionError(name, "deployment_shapes", "must map shape names to values")
         if self.export is not None and not self.export.samples:
             raise CaseDefinitionError(name, "export.samples", "must name at least one evaluation sample")
 
     def limits_source(self, profile: str) -> str:
         """Where the limits gating ``profile`` come from, as results and reports show it."""
         limits = self.profile_limits.get(profile)
-        if limits is not None:
+        if limits is not None and limits.source.strip():
             return limits.source
         if profile == self.profiles[0]:
             return "the case's settings (measured on this profile; see the case file)"
@@ -265,9 +276,10 @@ class Case:
 
     def expected_failures_for(self, profile: str) -> Mapping[str, Expected]:
         limits = self.profile_limits.get(profile)
-        if limits is not None and limits.expected_failures is not None:
-            return limits.expected_failures
-        return self.expected_failures
+        if limits is None or limits.expected_failures is None:
+            return self.expected_failures
+        merged = {**self.expected_failures, **limits.expected_failures}
+        return {check: expected for check, expected in merged.items() if expected is not None}
 
     def unused_observers_for(self, profile: str) -> Mapping[str, str]:
         limits = self.profile_limits.get(profile)

@@ -11,7 +11,9 @@ import importlib
 import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
+from harness import limits_data
 from harness.case import Case
 from harness.checks import all_checks
 from harness.findings import for_this_tico
@@ -36,6 +38,11 @@ def add_configured_import_roots() -> None:
             sys.path.insert(0, str(ROOT / entry))
 
 
+def cases_of(module: ModuleType) -> list[Case]:
+    """A case module's cases as the harness runs them: with the limits data beside the file."""
+    return limits_data.complete(list(getattr(module, "CASES", [])), Path(module.__file__))
+
+
 def load_cases(case_dirs: list[Path] | None = None) -> list[tuple[str, Case]]:
     """(case file relative to the repo root, case) for every collected case."""
     if str(ROOT) not in sys.path:
@@ -45,7 +52,7 @@ def load_cases(case_dirs: list[Path] | None = None) -> list[tuple[str, Case]]:
         for path in sorted(cases_dir.glob("[!_]*.py")):
             module_name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
             module = importlib.import_module(module_name)
-            found += [(path.relative_to(ROOT).as_posix(), case) for case in getattr(module, "CASES", [])]
+            found += [(path.relative_to(ROOT).as_posix(), case) for case in cases_of(module)]
     return found
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from harness import findings as findings_data
-from harness import sweep
+from harness import limits_data, sweep
 from harness.case import Case, CaseDefinitionError
 from harness.check_settings import validate as validate_settings
 from harness.checks.base import Check
@@ -62,6 +62,7 @@ class CaseFile(pytest.File):
                     raise CaseDefinitionError(
                         f"{self.path.stem}.CASES[{i}]", "CASES", f"is {type(case).__name__}, not harness.Case"
                     )
+            cases = limits_data.complete(list(cases), self.path)
         except Exception as exc:  # noqa: BLE001 - a broken case file fails alone, the session goes on
             yield DefinitionErrorItem.from_parent(self, name="<definition>", error=exc)
             return

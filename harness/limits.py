@@ -15,8 +15,8 @@ rounding flip of the Circle runtime); a counted metric (whole Circle steps) is p
 count it measured, at least its floor. Only fields the case gates (not None in the settings the
 run recorded) are proposed, plus a ``limit_fallback`` metric whose own limit would exceed its
 fallback's. The output is the profile's limits data (``{"cases": {case: {"settings": {check: {field:
-limit}}, "source": ...}}}``); ``--write`` merges it into ``cases/limits/<profile>.json``, which case
-files apply with ``cases._profile_limits.with_profile_limits``. Each source states the measured values, the
+limit}}, "source": ...}}}``); ``--write`` merges it into ``cases/limits/<profile>.json``, which every
+loader of the case files merges into the cases (``harness/limits_data.py``). Each source states the measured values, the
 runs and the margin. A limit is only as good as the runs it was measured on: measure on clean
 tico, under more than one kernel selection, and say so in the source.
 """

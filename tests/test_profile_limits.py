@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
 from cases.nn import CASES as NN_CASES
+from harness import limits_data
 from harness.case import CaseDefinitionError, ProfileLimits
 from harness.check_settings import validate
 from harness.checks import all_checks, describe_checks
@@ -17,6 +19,7 @@ from harness.checks.quant_accuracy import CHECK as QUANT_ACCURACY
 from harness.limits import propose, render, write
 from harness.pipeline import Pipeline
 
+REPO = Path(__file__).resolve().parents[1]
 CHECKS = describe_checks(all_checks())
 
 LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
@@ -55,7 +58,7 @@ def test_a_profile_without_limits_says_so():
     "limits, field",
     [
         ({"huge": ProfileLimits({}, source="x")}, "profile_limits['huge']"),
-        ({"tiny": ProfileLimits({}, source=" ")}, "profile_limits['tiny'].source"),
+        ({"tiny": ProfileLimits({"quant_accuracy": {"max_peir": 0.1}}, source=" ")}, "profile_limits['tiny'].source"),
         ({"tiny": ProfileLimits({"quant_accuracy": 0.1}, source="x")}, "profile_limits['tiny'].settings"),
     ],
 )
@@ -133,12 +136,11 @@ def test_the_proposer_takes_the_worst_run_and_states_its_margin(tmp_path):
 
 
 def test_every_nightly_case_states_its_limits_and_no_entry_is_stale():
-    from cases._profile_limits import limits_table
     from harness.catalog import load_cases
 
     e2b_cases = {case.name: case for _, case in load_cases() if "e2b_dims" in case.profiles}
     assert e2b_cases, "no case runs the e2b_dims profile"
-    assert sorted(set(limits_table("e2b_dims")) - set(e2b_cases)) == []  # a table entry for no case is stale
+    assert sorted(set(_limits_table("e2b_dims")) - set(e2b_cases)) == []  # a table entry for no case is stale
     missing = [name for name, case in e2b_cases.items() if "e2b_dims" not in case.profile_limits]
     assert missing == [], f"e2b_dims cases without stated limits: {missing}"
     for case in e2b_cases.values():
@@ -180,24 +182,26 @@ def test_a_profile_gets_its_own_diagnosed_failures():
 
 
 def test_static_runtime_limits_name_only_its_cases_and_say_where_they_come_from():
-    from cases._profile_limits import limits_table
     from harness.catalog import load_cases
 
     static_cases = {case.name: case for _, case in load_cases() if "static_runtime" in case.profiles}
     assert static_cases, "no case runs the static_runtime profile"
-    assert sorted(set(limits_table("static_runtime")) - set(static_cases)) == []  # stale entries
+    assert sorted(set(_limits_table("static_runtime")) - set(static_cases)) == []  # stale entries
     for name, case in static_cases.items():
         source = case.limits_source("static_runtime")
-        if name in limits_table("static_runtime"):
+        if name in _limits_table("static_runtime"):
             assert source.startswith("measured on clean tico, static_runtime"), (name, source)
         else:  # not measured yet: the results say the first profile's settings apply
             assert source.startswith("no limits stated for profile 'static_runtime'"), (name, source)
 
 
+def _limits_table(profile: str) -> dict:
+    return limits_data.read(REPO / "cases", profile)
+
+
 def test_a_diagnosis_whose_cause_a_profile_lacks_is_dropped_there():
     """gemma4_vision_encoder's padding hazard needs calibration on unpadded data; static_runtime calibrates
     on TICO's padded static layout, so there mask_quant carries no expectation and must pass."""
-    from cases._profile_limits import with_profile_limits
     from harness import Expected
     from harness.catalog import load_cases
 
@@ -214,8 +218,35 @@ def test_a_diagnosis_whose_cause_a_profile_lacks_is_dropped_there():
             "golden": Expected("both", problems=(r"^y$",)),
         },
     )
-    (updated,) = with_profile_limits(
-        [diagnosed], "static_runtime", expected_failures={"nn_linear": {"mask_quant": None}}
+    updated = dataclasses.replace(
+        diagnosed, profile_limits={"static_runtime": ProfileLimits(expected_failures={"mask_quant": None})}
     )
     assert set(updated.expected_failures_for("static_runtime")) == {"golden"}
     assert set(updated.expected_failures_for("tiny")) == {"mask_quant", "golden"}
+
+
+def test_the_limits_data_beside_a_case_file_fills_its_profiles_and_keeps_what_the_case_declares(tmp_path):
+    """A case declares only its diagnosis per profile; the measured numbers come from the data."""
+    from harness import Expected
+
+    only_wide = Expected("needs the wide shapes", problems=(r"^wide-only problem$",))
+    case = dataclasses.replace(
+        LINEAR,
+        profiles=("tiny", "wide", "huge"),
+        profile_limits={"wide": ProfileLimits(expected_failures={"qparam_consistency": only_wide})},
+    )
+    (tmp_path / "limits").mkdir()
+    table = {"cases": {"nn_linear": {"settings": {"quant_accuracy": {"max_peir": 0.5}}, "source": "measured: x"}}}
+    (tmp_path / "limits" / "wide.json").write_text(json.dumps(table))
+    (completed,) = limits_data.complete([case], tmp_path / "nn.py")
+    wide = completed.profile_limits["wide"]
+    assert wide.settings == {"quant_accuracy": {"max_peir": 0.5}} and wide.source == "measured: x"
+    assert completed.expected_failures_for("wide")["qparam_consistency"] is only_wide
+    assert "huge" not in completed.profile_limits  # no data: the first profile's settings, and it says so
+    assert "no limits stated for profile 'huge'" in completed.limits_source("huge")
+    # a declared override without data keeps the case's settings and says so too
+    assert "no limits stated" in case.limits_source("wide")
+
+    (tmp_path / "limits" / "huge.json").write_text('{"cases": {"nn_linear": {"settings": {}}}}')
+    with pytest.raises(ValueError, match=r"limits table .*huge\.json cannot be read: KeyError"):
+        limits_data.complete([case], tmp_path / "nn.py")

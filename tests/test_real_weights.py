@@ -27,6 +27,7 @@ import torch
 from harness import Built, CaseInputs, Sample, defects
 from harness import real_weights as rw
 from harness.case import _probe
+from harness.catalog import cases_of
 from harness.pipeline import Pipeline
 from tests.helpers import CHECKS
 
@@ -36,7 +37,7 @@ needs_weights = pytest.mark.skipif(rw.unavailable_reason() is not None, reason=f
 def _real_cases():
     import cases.llama_real_weights as real
 
-    return {case.name: case for case in real.CASES}
+    return {case.name: case for case in cases_of(real)}
 
 
 def test_without_the_dependency_every_case_skips_naming_the_install_command(monkeypatch):

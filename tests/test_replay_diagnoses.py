@@ -5,6 +5,8 @@ fail a realistic serializer defect."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +19,8 @@ from harness.circle_alignment import aligned_to_circle, circle_fake_quant
 from harness.pipeline import Pipeline
 from tests.helpers import _CLEAN, CHECKS, problems_text, run_check, run_clean_check
 from tests.pass_defects import serialize_zero_points_off_by_one
+
+CASES_DIR = Path(__file__).resolve().parents[1] / "cases"
 
 LLAMA_PREFILL = next(case for case in LLAMA_CASES if case.name == "llama_attention_prefill")
 LLAMA_DECODE = next(case for case in LLAMA_CASES if case.name == "llama_attention_decode")
@@ -351,7 +355,7 @@ def test_quantized_bias_explains_the_gemma4_vision_model_gap():
     from tico.circle.runtime.kernels.base import ExecutionMode
     from tico.circle.runtime.quantization import dequantize_array
 
-    from cases._profile_limits import limits_table
+    from harness import limits_data
     from harness.qparam_records import circle_bias
 
     case = _gemma4_vision_model()
@@ -393,7 +397,7 @@ def test_quantized_bias_explains_the_gemma4_vision_model_gap():
     assert sum(s >= 1 - 1e-4 for s in without) >= 2, without  # measured 4 of 12 inputs one level apart
     assert max(with_) == 0, with_  # measured 0 (native, avx2, scalar kernels)
     assert (
-        limits_table("e2b_dims")["gemma4_vision_model"][0]["circle_replay"]["max_steps"] == 1.0
+        limits_data.read(CASES_DIR, "e2b_dims")["gemma4_vision_model"][0]["circle_replay"]["max_steps"] == 1.0
     )  # e2b_dims: the one-flip floor
 
 

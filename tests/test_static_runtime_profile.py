@@ -79,35 +79,28 @@ def test_family_shapes_are_ticos(family):
 @pytest.mark.parametrize("family", sorted(_FAMILIES))
 def test_case_set_is_ticos(family):
     """The cases carrying the profile are exactly TICO's static-runtime set for the family (TICO's
-    case names are the harness's), less the ones the case files leave out with a reason."""
+    case names are the harness's)."""
     tico = set(_tico_supported(family))
     assert tico, f"tico defines no {family} case for {static.TICO_PROFILES[family]!r}"
     ours = {name for name, case in _harness_static_cases().items() if case.family == family}
-    left_out = {name for name in static.LEFT_OUT if name in tico}
-    assert not ours & left_out, f"cases both run and left out: {sorted(ours & left_out)}"
-    assert ours == tico - left_out, (
-        f"harness static_runtime cases differ from tico's set: missing {sorted(tico - left_out - ours)}, "
+    assert ours == tico, (
+        f"harness static_runtime cases differ from tico's set: missing {sorted(tico - ours)}, "
         f"not tico's {sorted(ours - tico)}"
     )
 
 
-def test_left_out_cases_are_ticos_with_a_reason():
-    tico = set().union(*(_tico_supported(family) for family in _FAMILIES))
-    assert set(static.LEFT_OUT) <= tico, f"left out but not in tico's set: {sorted(set(static.LEFT_OUT) - tico)}"
-    assert all(reason.strip() for reason in static.LEFT_OUT.values())
-
-
 def test_declared_shapes_are_ticos_per_case():
-    """Each case's declared static-runtime shapes equal what TICO's case of that name uses."""
+    """Each case's declared static-runtime shapes (``Case.deployment_shapes``) equal what TICO's case
+    of that name uses; a case that does not run the profile declares none."""
+    declared = {case.name: case.deployment_shapes for _, case in load_cases() if case.deployment_shapes}
     cases = _harness_static_cases()
-    assert set(static.CASE_SHAPES) == set(cases), (
-        f"shapes declared for {sorted(set(static.CASE_SHAPES) ^ set(cases))} do not match the profile's cases"
+    assert set(declared) == set(cases), (
+        f"shapes declared for {sorted(set(declared) ^ set(cases))} do not match the profile's cases"
     )
     supported = {}
     for family in _FAMILIES:
         supported.update(_tico_supported(family))
-    for name, shapes in static.CASE_SHAPES.items():
-        assert shapes, f"{name}: no shape declared"
+    for name, shapes in declared.items():
         tico_case = supported[name]
         for key, value in shapes.items():
             accessor = next((a for a in _ACCESSORS[key] if hasattr(tico_case, a)), None)
@@ -138,7 +131,7 @@ def _expected_dim(key: str, value) -> int:
     return int(value)
 
 
-_STATIC_CASE_NAMES = sorted(_harness_static_cases())  # imports the case files, which declare their shapes
+_STATIC_CASE_NAMES = sorted(_harness_static_cases())
 
 
 @pytest.mark.parametrize("name", _STATIC_CASE_NAMES)
@@ -149,7 +142,8 @@ def test_builders_feed_the_declared_shapes(name):
     torch.manual_seed(case.seed)
     built = case.build(static.PROFILE)
     samples = {**{f"calibration[{i}]": s for i, s in enumerate(built.inputs.calibration)}, **built.inputs.evaluation}
-    for key, value in static.CASE_SHAPES[name].items():
+    assert case.deployment_shapes, f"{name}: no deployment shape declared"
+    for key, value in case.deployment_shapes.items():
         want = _expected_dim(key, value)
         for label, sample in samples.items():
             assert want in _dims(sample), f"{name} {label}: no input of size {want} ({key}={value})"

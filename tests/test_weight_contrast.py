@@ -11,6 +11,7 @@ import torch
 
 from harness import defects
 from harness import real_weights as rw
+from harness.catalog import cases_of
 from harness.pipeline import Pipeline
 from harness.weight_contrast import random_weights_case
 from tests.helpers import CHECKS
@@ -64,7 +65,7 @@ def test_contrast_is_off_unless_a_case_asks():
 def test_a_weight_defect_only_trained_weights_expose_is_named_dominant_on_real_weights(monkeypatch):
     import cases.llama_real_weights as real
 
-    case = {c.name: c for c in real.CASES}["llama_mlp_w8a16_real_l27"]
+    case = {c.name: c for c in cases_of(real)}["llama_mlp_w8a16_real_l27"]
     clean = CHECKS["attribution"].run(Pipeline(case, "real_weights"))
     with monkeypatch.context() as mp:
         defects.weight_channel_axis_transposed(mp)
