@@ -48,7 +48,7 @@ print("BENCH-JSON " + json.dumps({"cases": out, "peak_rss_mb": peak}))
 def case_files() -> dict[str, str]:
     """Harness case name -> its case module (path relative to the repo root)."""
     sys.path.insert(0, str(ROOT))
-    from harness.catalog import load_cases
+    from harness.model.case_loading import load_cases
 
     return {case.name: file for file, case in load_cases()}
 
@@ -112,8 +112,8 @@ def run_harness(cases: list[str], cache_dir: Path) -> tuple[float, dict, float]:
 
 
 def report_render_seconds(doc: dict, out: Path) -> float:
+    from harness.records.results import atomic_write_text
     from harness.report.html import write_report
-    from harness.results import atomic_write_text
 
     start = time.perf_counter()
     atomic_write_text(out / "again.json", json.dumps(doc, indent=2, sort_keys=True))

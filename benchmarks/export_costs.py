@@ -4,8 +4,8 @@ and tico's conversion as tico runs it vs with deferred FX code generation.
     ./scripts/env.sh python benchmarks/export_costs.py [--cases a,b,...]
 
 All run in this process on the same QUANT export adapter and inputs (1 torch thread). The
-fingerprint is what a warm rerun pays instead of the trace (harness/export_reuse.py); the
-deferred conversion is what every cold conversion pays (harness/export.py), and its Circle
+fingerprint is what a warm rerun pays instead of the trace (harness/export/export_reuse.py); the
+deferred conversion is what every cold conversion pays (harness/export/stages.py), and its Circle
 bytes and audited graph are compared with tico's own conversion for every case. Last, the
 time of one conversion-code fingerprint, which every Circle cache lookup and store pays."""
 
@@ -18,7 +18,7 @@ from typing import Any
 
 def timed_conversion(program: Any, defer_codegen: bool) -> tuple[Any, float, int]:
     """(bytes and audit, seconds, whole-graph code generations) of one conversion."""
-    from harness.circle_conversion import convert_with_audit, counting_codegens
+    from harness.export.circle_conversion import convert_with_audit, counting_codegens
 
     with counting_codegens() as codegens:
         start = time.perf_counter()
@@ -27,10 +27,10 @@ def timed_conversion(program: Any, defer_codegen: bool) -> tuple[Any, float, int
 
 
 def conversion_fingerprint_seconds(repeats: int = 20) -> float:
-    """Median time of one conversion-code fingerprint (harness.circle_cache), as paid per lookup."""
+    """Median time of one conversion-code fingerprint (harness.export.circle_cache), as paid per lookup."""
     import statistics
 
-    from harness.circle_cache import conversion_code_fingerprint
+    from harness.export.circle_cache import conversion_code_fingerprint
 
     times = []
     for _ in range(repeats):
@@ -44,15 +44,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="", help="comma-separated subset (default: every case with export)")
     args = parser.parse_args()
-    from harness.catalog import add_configured_import_roots, load_cases
+    from harness.model.case_loading import add_configured_import_roots, load_cases
 
     add_configured_import_roots()
     import torch
 
     torch.set_num_threads(1)
-    from harness.entry_store import Uncacheable
-    from harness.execution_key import execution_key
-    from harness.export import export_program
+    from harness.export.entry_store import Uncacheable
+    from harness.export.execution_key import execution_key
+    from harness.export.stages import export_program
     from harness.pipeline import Pipeline, StageError, warm_imports
 
     warm_imports()

@@ -4,7 +4,7 @@
 
 For every tiny case: the QUANT evaluation forwards (every evaluation sample) timed with and
 without the forward-hook recorder (median of --reps), and the one tree walk
-(``harness.wrapper_coverage.measure``) the plugin does per case group. The matrix pays one
+(``harness.tico_facts.wrapper_coverage.measure``) the plugin does per case group. The matrix pays one
 recorded evaluation and one walk per case.
 """
 
@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from harness import wrapper_coverage as wc  # noqa: E402
-from harness.catalog import add_configured_import_roots, load_cases  # noqa: E402
+from harness.model.case_loading import add_configured_import_roots, load_cases  # noqa: E402
 from harness.pipeline import Pipeline, warm_imports  # noqa: E402
+from harness.tico_facts import wrapper_coverage as wc
 
 
 def main() -> int:

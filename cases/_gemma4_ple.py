@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from harness.lifecycle_ops import unwrap
+from harness.primitives.lifecycle_ops import unwrap
 
 _ATTRIBUTE = "_wrapq_per_layer_input_boundary"
 

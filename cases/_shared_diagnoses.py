@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from harness import Expected
-from harness.findings import expect
+from harness import Expected, expect
 
 MASK_TEMPLATE_PER_LAYER = expect("mask-template-per-layer")
 PRESENT_V_PER_HEAD = expect("present-v-per-head-slice")

@@ -368,7 +368,7 @@ CASES = [
 # --- Qwen3-VL: tico's model-specific GPTQ on the whole tiny model (nightly) ---------------------
 
 from cases import qwen3_vl_text  # noqa: E402
-from harness.findings import expect  # noqa: E402
+from harness import expect  # noqa: E402
 
 _QWEN_BASE = {case.name: case for case in qwen3_vl_text.CASES}["qwen3_vl_for_conditional_generation"]
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness import Built, Case, CaseInputs, Sample, Sweep, whole_module_export
-from harness.findings import expect
+from harness import Built, Case, CaseInputs, Sample, Sweep, expect, whole_module_export
 
 
 def _inputs(make, calibration: int = 4) -> CaseInputs:

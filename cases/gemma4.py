@@ -42,12 +42,12 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    expect,
     first_call_kwarg,
     merged_settings,
     unwrap,
     whole_module_export,
 )
-from harness.findings import expect
 
 # static_runtime (TICO's e2b_static_runtime): every vision case takes the deployment's padded input --
 # a 36 x 66 patch grid in 2520 patch slots (static_positions), padding zeroed, one calibration sample --

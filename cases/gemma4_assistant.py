@@ -31,10 +31,10 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    expect,
     first_call_kwarg,
     unwrap,
 )
-from harness.findings import expect
 
 ASSISTANT_REQUIRES = ("transformers.models.gemma4_assistant.modeling_gemma4_assistant",)
 ASSISTANT_MIN_VERSIONS = {"transformers": "5.9"}

@@ -37,10 +37,10 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    expect,
     first_call_kwarg,
     unwrap,
 )
-from harness.findings import expect
 
 _COMMON = dict(family="gemma4", seed=123, requires=GEMMA4_REQUIRES, min_versions=GEMMA4_MIN_VERSIONS)
 

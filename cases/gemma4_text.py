@@ -51,11 +51,11 @@ from harness import (
     RotaryTables,
     Sample,
     Sweep,
+    expect,
     first_call_kwarg,
     unwrap,
     whole_module_export,
 )
-from harness.findings import expect
 
 SEQ = 8  # prefill length of TICO's decoder-layer and text-model smoke cases
 # TICO's decode cache capacity is the same 8 (7 past tokens + the new one); 2048 for both at static_runtime.

@@ -37,8 +37,18 @@ from cases._gemma4_text_common import (
     text_config,
 )
 from cases._shared_diagnoses import replaced_qparams
-from harness import Built, Case, CaseInputs, Expected, ExportCapability, MaskCapability, MaskProbe, Sample, unwrap
-from harness.findings import expect
+from harness import (
+    Built,
+    Case,
+    CaseInputs,
+    Expected,
+    ExportCapability,
+    MaskCapability,
+    MaskProbe,
+    Sample,
+    expect,
+    unwrap,
+)
 
 SEQ = 8  # prefill length and decode cache capacity in TICO's smoke cases
 SMOKE_SLIDING_WINDOW = 4  # TICO narrows the window so an 8-token sequence crosses it

@@ -28,11 +28,11 @@ from harness import (
     RotaryTables,
     Sample,
     Sweep,
+    expect,
     first_call_kwarg,
     unwrap,
     whole_module_export,
 )
-from harness.findings import expect
 
 LLAMA_REQUIRES = ("transformers.models.llama.modeling_llama",)
 FILL = -120.0  # tico's default attention_mask_fill_value

@@ -32,10 +32,10 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    expect,
     first_call_kwarg,
     unwrap,
 )
-from harness.findings import expect
 
 LAYERS = 2
 VOCAB = 64

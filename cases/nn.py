@@ -9,8 +9,7 @@ import torch
 from torch import nn
 
 from cases._shared_diagnoses import replaced_qparams
-from harness import Built, Case, CaseInputs, Sample, Sweep, whole_module_export
-from harness.findings import expect, expect_on
+from harness import Built, Case, CaseInputs, Sample, Sweep, expect, expect_on, whole_module_export
 
 
 def _inputs(make, calibration: int, evaluation=None) -> CaseInputs:

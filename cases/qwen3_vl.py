@@ -33,11 +33,11 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    expect,
     first_call_kwarg,
     unwrap,
     whole_module_export,
 )
-from harness.findings import expect
 
 STATIC = static.PROFILE
 # Fixed deployment grid for export and accuracy: temporal > 1 and height != width.

@@ -35,10 +35,10 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    expect,
     first_call_kwarg,
     unwrap,
 )
-from harness.findings import expect
 
 FILL = -120.0  # tico's default attention_mask_fill_value
 SEQ = 8  # TICO's text prefill length / decode capacity

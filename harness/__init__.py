@@ -3,10 +3,12 @@
 What a case file or an out-of-tree check needs is exported here (README "Add a case" and
 "Add a check"); the rest of the package is the harness's own."""
 
-from harness.algorithm import AlgorithmCapability, AlgorithmRecord, WeightGrid, capture_linear_inputs
-from harness.capture import first_call_kwarg
-from harness.case import Case, CaseDefinitionError, ProfileLimits, first_tensor
-from harness.case_parts import (
+from harness.checks.base import Check, CheckResult, Metric, requires_capability
+from harness.checks.export_contract import calib_mode_adapter
+from harness.golden.portable import GoldenTolerance
+from harness.model.algorithm import AlgorithmCapability, AlgorithmRecord, WeightGrid, capture_linear_inputs
+from harness.model.case import Case, CaseDefinitionError, ProfileLimits, first_tensor
+from harness.model.case_parts import (
     Built,
     CaseInputs,
     ExportCapability,
@@ -19,13 +21,12 @@ from harness.case_parts import (
     Sample,
     whole_module_export,
 )
-from harness.check_settings import merged as merged_settings
-from harness.checks.base import Check, CheckResult, Metric, requires_capability
-from harness.checks.export_contract import calib_mode_adapter
-from harness.expectations import Expected
-from harness.lifecycle_ops import unwrap
-from harness.portable import GoldenTolerance
-from harness.sweep import Sweep
+from harness.model.check_settings import merged as merged_settings
+from harness.model.expectations import Expected
+from harness.model.sweep import Sweep
+from harness.primitives.capture import first_call_kwarg
+from harness.primitives.lifecycle_ops import unwrap
+from harness.tico_facts.findings_data import expect, expect_on
 
 __all__ = [
     "Built",
@@ -55,4 +56,4 @@ __all__ = [
     "unwrap",
     "whole_module_export",
 ]
-__all__ += ["AlgorithmCapability", "AlgorithmRecord", "WeightGrid", "capture_linear_inputs"]
+__all__ += ["AlgorithmCapability", "AlgorithmRecord", "WeightGrid", "capture_linear_inputs", "expect", "expect_on"]

@@ -1,10 +1,10 @@
 """The artifacts of one (case, profile) in one worker process, as memoised stages:
 reference -> wrapped (NO_QUANT) -> quantized (prepare, calibrate, convert) -> outputs -> export
 adapters -> torch.export -> Circle -> replay. Each stage runs at most once per worker however
-many checks ask for it (the stage engine: harness/stage_engine.py; the mutation guard that
-proves checks leave them alone: harness/mutation_guard.py; which cached export or conversion
-may stand in for a fresh one: harness/cache_policy.py). The tico lifecycle helpers the stages
-and checks share live in harness/lifecycle_ops.py.
+many checks ask for it (the stage engine: harness/primitives/stage_engine.py; the mutation guard that
+proves checks leave them alone: harness/primitives/mutation_guard.py; which cached export or conversion
+may stand in for a fresh one: harness/export/cache_policy.py). The tico lifecycle helpers the stages
+and checks share live in harness/primitives/lifecycle_ops.py.
 """
 
 from __future__ import annotations
@@ -19,11 +19,15 @@ import numpy as np
 import torch
 
 from harness import compat
-from harness.case import Case
-from harness.case_parts import Built, Sample
-from harness.lifecycle_ops import set_seed, unwrap, wrap_noquant  # noqa: F401 - re-exported for checks
-from harness.stage_engine import StageEngine, StageError, StageTimeout, time_limit  # noqa: F401 - re-exported
-from harness.sweep import group_label
+from harness.export.cache_policy import circle_artifact, export_record
+from harness.export.stages import export_program, replay_circle
+from harness.model.case import Case
+from harness.model.case_parts import Built, Sample
+from harness.model.check_settings import resolve
+from harness.model.sweep import group_label
+from harness.primitives.lifecycle_ops import set_seed, unwrap, wrap_noquant  # noqa: F401 - re-exported for checks
+from harness.primitives.stage_engine import StageEngine, StageError, StageTimeout, time_limit  # noqa: F401 - re-exported
+from harness.tico_facts.wrapper_coverage import measure, record_forwards
 
 
 @dataclass(frozen=True)
@@ -55,19 +59,18 @@ class Pipeline(StageEngine):
         self.profile = profile
         self.artifact_dir = artifact_dir
         self.settings = settings or RunSettings()
-        # the node id's bracket: the profile, then a sweep variant's axes (harness/sweep.py)
+        # the node id's bracket: the profile, then a sweep variant's axes (harness/model/sweep.py)
         self.label = group_label(case, profile)
         super().__init__(case.name, self.label, self.settings.stage_timeout)
         # pytest node id of this (case, profile), set by the plugin; used in printed commands.
         self.nodeid = f"{case.name}[{self.label}]"
         # id() of every module of the quantized tree whose forward ran in a QUANT evaluation
-        # (harness.wrapper_coverage: which registered wrappers a case exercises).
+        # (harness.tico_facts.wrapper_coverage: which registered wrappers a case exercises).
         self._quant_ran: set[int] = set()
 
     def check_settings(self, check: Any) -> Any:
         """``check``'s settings for this case and profile: its defaults, the case's overrides,
-        then the profile's (harness/check_settings.py)."""
-        from harness.check_settings import resolve
+        then the profile's (harness/model/check_settings.py)."""
 
         return resolve(check, self.case, self.profile)
 
@@ -139,7 +142,7 @@ class Pipeline(StageEngine):
 
     @property
     def algorithm_record(self) -> Any:
-        """What the case's algorithm computed (harness.algorithm.AlgorithmRecord)."""
+        """What the case's algorithm computed (harness.model.algorithm.AlgorithmRecord)."""
         _ = self.quantized
         return self._algorithm_applied()[1]
 
@@ -190,7 +193,6 @@ class Pipeline(StageEngine):
 
     def _run_quant(self, sample: Sample) -> Any:
         """The QUANT evaluation call, recording which modules of the tree ran a forward."""
-        from harness.wrapper_coverage import record_forwards
 
         model = self.quantized  # built outside the recorder: prepare/calibrate forwards do not count
         with record_forwards(self._quant_ran):
@@ -199,11 +201,10 @@ class Pipeline(StageEngine):
     @property
     def wrapper_coverage(self) -> dict[str, Any]:
         """Registered wrappers instantiated in the quantized tree and those that ran a forward on
-        the evaluation samples in QUANT mode (``harness.wrapper_coverage.measure``). Reuses the
+        the evaluation samples in QUANT mode (``harness.tico_facts.wrapper_coverage.measure``). Reuses the
         QUANT outputs the checks computed; computes the ones no check needed."""
 
         def compute() -> dict[str, Any]:
-            from harness.wrapper_coverage import measure
 
             start = time.perf_counter()
             failed = {}
@@ -270,7 +271,6 @@ class Pipeline(StageEngine):
     @property
     def exported_program(self) -> Any:
         """torch.export of the QUANT export adapter, once per case; feeds every export check."""
-        from harness.export import export_program
 
         name = self.export_sample_name
         return self._stage(
@@ -282,8 +282,7 @@ class Pipeline(StageEngine):
     def export_record(self) -> Any:
         """What the export checks read from the torch.export program: its output on the export
         sample, graph facts and Circle cache key; reused from the export cache when the
-        adapter's execution key matches (harness/cache_policy.py), traced otherwise."""
-        from harness.cache_policy import export_record
+        adapter's execution key matches (harness/export/cache_policy.py), traced otherwise."""
 
         return self._stage("export_record", lambda: export_record(self))
 
@@ -296,8 +295,7 @@ class Pipeline(StageEngine):
     @property
     def circle(self) -> Any:
         """tico's Circle conversion of the exported program (kept as a .circle artifact), or the
-        cached conversion of the same program by the same code (harness/cache_policy.py)."""
-        from harness.cache_policy import circle_artifact
+        cached conversion of the same program by the same code (harness/export/cache_policy.py)."""
 
         def compute() -> Any:
             artifact = circle_artifact(self)
@@ -313,7 +311,6 @@ class Pipeline(StageEngine):
     def circle_outputs(self, mode: str) -> list[torch.Tensor]:
         """Every Circle replay output ('fake_quantize' or 'native'), each shaped like the torch
         export output it corresponds to (same flattened order)."""
-        from harness.export import replay_circle
 
         sample = self.sample(self.export_sample_name)
 

@@ -1,8 +1,8 @@
 """pytest plugin entry point: wires the harness's hooks. What each does lives in its own module:
-options and ini keys (harness/options.py), per-process state (harness/session.py), the
-collection tree and the items (harness/collection.py, harness/items.py), case-group order and shards
-(harness/scheduling.py, harness/xdist_scheduler.py), and the end-of-run sink that writes
-results.json, the report, history and goldens (harness/run_sink.py).
+options and ini keys (harness/run/options.py), per-process state (harness/run/session.py), the
+collection tree and the items (harness/run/collection.py, harness/run/items.py), case-group order and shards
+(harness/run/scheduling.py, harness/run/xdist_scheduler.py), and the end-of-run sink that writes
+results.json, the report, history and goldens (harness/run/run_sink.py).
 
 Under xdist the plugin picks ``--dist loadscope``, whose scope is everything before the last
 ``::`` -- one case and profile -- so a case's items share one worker and its pipeline. Results
@@ -16,20 +16,20 @@ from typing import Any
 
 import pytest
 
-from harness import compat, rerun
+from harness import compat
 from harness.checks import all_checks
-from harness.collection import CaseFile
-from harness.items import CAPABILITY_MARKERS, CheckItem, register_marker
-from harness.options import arg_paths, pytest_addoption, refuse_lost_project_config  # noqa: F401 - pytest hook
-from harness.run_sink import RunSink, note_group_done
-from harness.scheduling import assign_shards, longest_first
-from harness.session import STATE, SessionState, state_of
-from harness.stage_engine import StageError
+from harness.primitives.stage_engine import StageError
+from harness.records import rerun
+from harness.run import hookspecs
+from harness.run.collection import CaseFile
+from harness.run.items import CAPABILITY_MARKERS, CheckItem, register_marker
+from harness.run.options import arg_paths, pytest_addoption, refuse_lost_project_config  # noqa: F401 - pytest hook
+from harness.run.run_sink import RunSink, note_group_done
+from harness.run.scheduling import assign_shards, longest_first
+from harness.run.session import STATE, SessionState, state_of
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from harness import hookspecs
-
     pluginmanager.add_hookspecs(hookspecs)
 
 
@@ -58,7 +58,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """loadscope, except that an item whose worker died is not handed out again."""
     if config.getvalue("dist") != "loadscope":
         return None
-    from harness.xdist_scheduler import CrashSafeLoadScopeScheduling
+    from harness.run.xdist_scheduler import CrashSafeLoadScopeScheduling  # deferred: imports xdist's scheduler
 
     return CrashSafeLoadScopeScheduling(config, log)
 

@@ -9,7 +9,7 @@
 #   WRAPQ_TICO=/path/to/tico-X.whl     a wheel file
 #   WRAPQ_TICO=0.4.0.dev261026         a release or nightly from the package index (--pre allowed)
 # Each source gets its own thin venv under .venv-tico/ that puts the tico under review in front
-# of .venv's packages; results.json records which tico ran (harness/tico_identity.py).
+# of .venv's packages; results.json records which tico ran (harness/tico_facts/tico_identity.py).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -5,8 +5,8 @@
 Noise: every case's golden tensors are recomputed under several kernel selections (ATEN CPU
 capability default / avx2 / native, MKL and oneDNN held to SSE4, 1 and 2 torch threads), each
 in its own process, and compared with the committed goldens. Signal: the seeded wrapper
-defects of harness/defects.py are applied under the native and the scalar selection and
-compared the same way. The comparator's statistics (harness/portable.py) are printed per case:
+defects of harness/golden/defects.py are applied under the native and the scalar selection and
+compared the same way. The comparator's statistics (harness/golden/portable.py) are printed per case:
 the largest value any clean kernel selection reached and the smallest any defect reached, per
 tensor kind, with the margin between them. ``--markdown`` writes the README table.
 
@@ -46,7 +46,7 @@ DEFECT_SELECTIONS = ("native-1t", "default-1t")
 
 
 def golden_cases(only: set[str]) -> list:
-    from harness.catalog import load_cases
+    from harness.model.case_loading import load_cases
 
     return [case for _, case in load_cases() if "tiny" in case.golden_profiles and (not only or case.name in only)]
 
@@ -56,7 +56,8 @@ def collect_run(out: Path, defect: str | None, only: set[str]) -> int:
     import torch
     from safetensors.torch import save_file
 
-    from harness import defects, golden
+    from harness.golden import defects
+    from harness.golden import tensors as golden
     from harness.pipeline import Pipeline
 
     torch.set_num_threads(int(os.environ.get("WRAPQ_THREADS", "1")))
@@ -87,7 +88,7 @@ def collect_run(out: Path, defect: str | None, only: set[str]) -> int:
 
 def run_all(out: Path, only: set[str], jobs: int, fresh: bool) -> None:
     runs = [(sel, None) for sel in SELECTIONS]
-    from harness.defects import DEFECTS
+    from harness.golden.defects import DEFECTS
 
     runs += [(sel, d) for d in DEFECTS for sel in DEFECT_SELECTIONS]
 
@@ -127,7 +128,7 @@ def main() -> int:
     parser.add_argument("--collect", default="", help=argparse.SUPPRESS)
     parser.add_argument("--defect", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from harness.catalog import add_configured_import_roots
+    from harness.model.case_loading import add_configured_import_roots
 
     add_configured_import_roots()
     only = {c for c in args.cases.split(",") if c}
@@ -135,8 +136,8 @@ def main() -> int:
         return collect_run(Path(args.collect), args.defect or None, only)
     out = Path(args.out)
     run_all(out, only, args.jobs, args.fresh)
-    from harness.defects import DEFECTS
-    from harness.noise_report import Runs, measured_noise, report
+    from harness.golden.defects import DEFECTS
+    from harness.golden.noise_report import Runs, measured_noise, report
 
     golden_dir = ROOT / "golden"
     clean = list(SELECTIONS)

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from harness import compat
-from harness.catalog import load_cases
-from harness.circle_alignment import aligned_to_circle
+from harness.circle.alignment import aligned_to_circle
+from harness.circle.records import bias_off_rule, bias_steps_off
+from harness.model.case_loading import load_cases
 from harness.pipeline import Pipeline, RunSettings
-from harness.qparam_records import bias_off_rule, bias_steps_off
 
 
 def _recording(twin: torch.nn.Module, applied: list[dict]) -> dict[str, list[torch.Tensor]]:

@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 
 from harness.checks import all_checks, describe_checks
-from harness.report import history
+from harness.report import history_store as history
 
 FAMILIES = ("llama", "qwen3_vl", "gemma4", "nn", "cnn")
 PROFILES = ("tiny", "e2b_dims", "static_runtime")

@@ -6,10 +6,10 @@ import json
 
 from safetensors.torch import load_file, save_file
 
-from harness import golden
-from harness.case import Case
 from harness.checks import all_checks
 from harness.checks.base import CheckResult
+from harness.golden import tensors as golden
+from harness.model.case import Case
 from harness.pipeline import Pipeline, PipelineCache
 
 CHECKS = {check.name: check for check in all_checks()}

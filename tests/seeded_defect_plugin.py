@@ -1,4 +1,4 @@
-"""pytest plugin (``-p tests.seeded_defect_plugin``) that seeds the harness.defects defect named
+"""pytest plugin (``-p tests.seeded_defect_plugin``) that seeds the harness.golden.defects defect named
 by WRAPQ_SEEDED_DEFECT into every case's quantized model, for subprocess runs that must show
 the golden gate catches it under another kernel selection (tests/test_portable_golden.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from harness import defects
+from harness.golden import defects
 from harness.pipeline import Pipeline
 
 _quantized = Pipeline.quantized.fget

@@ -126,7 +126,7 @@ def test_a_case_with_a_malformed_algorithm_is_a_definition_error():
     import pytest
 
     from harness import CaseDefinitionError
-    from harness.algorithm import AlgorithmCapability
+    from harness.model.algorithm import AlgorithmCapability
 
     with pytest.raises(CaseDefinitionError, match="field 'algorithm'"):
         dataclasses.replace(GPTQ_MLP, algorithm="gptq")

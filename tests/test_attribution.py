@@ -15,7 +15,7 @@ import torch
 
 from cases.qwen3_vl import CASES as QWEN_CASES
 from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
-from harness.attribution import attribute, resolved_range
+from harness.diagnosis.site_attribution import attribute, resolved_range
 from harness.pipeline import Pipeline
 from tests.helpers import CHECKS, problems_text, run_clean_check
 
@@ -31,7 +31,7 @@ SITE = "wrapped.up_proj.wrapped.obs_act_out"
 def _widened(case, path: str, factor: float) -> Pipeline:
     """A fresh pipeline whose observer ``path`` quantizes with ``factor`` x its calibrated range about
     the same real zero (scale x factor, zero point kept): an observer whose min/max came out wide,
-    seeded before any output is computed, as harness/defects.py seeds its defects."""
+    seeded before any output is computed, as harness/golden/defects.py seeds its defects."""
     pipeline = Pipeline(case, "tiny")
     obs = pipeline.quantized.get_submodule(path)
     obs.load_qparams(obs._cached_scale * factor, obs._cached_zp)
@@ -60,7 +60,7 @@ def test_observer_widened_16x_is_ranked_first_and_fails_the_check():
 def test_the_seeded_observer_makes_its_submodule_the_error_origin():
     """Isolated vs propagated: the widened observer's linear is where error is made (its own,
     isolated error falls); the submodule downstream of it only inherits it."""
-    from harness.submodule_error import error_origin, submodule_errors
+    from harness.diagnosis.submodule_error import error_origin, submodule_errors
 
     def table(pipeline):
         return {row.path: row for row in submodule_errors(pipeline.quantized, pipeline.sample("default"))}
@@ -106,7 +106,7 @@ def test_resolved_range_takes_the_logits_cluster_not_the_mask_fill():
 def test_clean_qwen3_vl_text_attention_prefill_is_the_diagnosed_mask_add():
     result = run_clean_check(ATTENTION, "attribution")
     assert [p.split(" gains ")[0] for p in result.problems] == ["site wrapped.obs_mask_add"], result.problems
-    verdict = __import__("harness.expectations", fromlist=["judge"]).judge(
+    verdict = __import__("harness.model.expectations", fromlist=["judge"]).judge(
         ATTENTION.expected_failures["attribution"], result.problems
     )
     assert verdict.expected, verdict.message
@@ -210,7 +210,7 @@ def test_report_fragment_shows_the_ranked_table_and_bars():
 
 
 def test_the_origin_weighs_the_parents_own_sites_against_its_children():
-    from harness.submodule_error import SubmoduleError, error_origin
+    from harness.diagnosis.submodule_error import SubmoduleError, error_origin
 
     def row(path, isolated, outermost=False):
         return SubmoduleError(path, "W", 1, isolated, isolated, 0.0, outermost=outermost)

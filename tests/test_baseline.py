@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import baseline, golden
+from harness.golden import baseline
+from harness.golden import tensors as golden
 from tests.helpers import edit_golden
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ import torch
 from cases.nn import CASES as NN_CASES
 from cases.qwen3_vl import CASES as QWEN_VISION_CASES
 from harness.checks import all_checks
-from harness.circle_cache import conversion_code_fingerprint
+from harness.export.circle_cache import conversion_code_fingerprint
 from harness.pipeline import Pipeline, RunSettings
 from tests.pass_defects import dropping_split_output_qparams
 
@@ -62,7 +62,7 @@ def test_a_pass_patched_in_memory_is_a_miss_and_fails_as_cold(tmp_path, monkeypa
 
 
 def test_the_harness_audit_patched_in_memory_is_a_miss(tmp_path, monkeypatch):
-    from harness import qparam_audit
+    from harness.circle import missing_qparams as qparam_audit
 
     assert _verdict(LINEAR, "qparam_audit", tmp_path)[0]
     assert _verdict(LINEAR, "qparam_audit", tmp_path)[2] == "hit"
@@ -120,7 +120,7 @@ def test_a_patch_conversion_cannot_reach_stays_a_hit(tmp_path, monkeypatch):
 
 
 def test_code_that_cannot_be_fingerprinted_refuses_the_cache(tmp_path, monkeypatch):
-    from harness import qparam_audit
+    from harness.circle import missing_qparams as qparam_audit
 
     class Opaque:
         """A callable the walk cannot describe (its description fails)."""

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 
 from cases.nn import CASES as NN_CASES
-from harness import circle_cache
-from harness.circle_cache import CircleCache, cache_key
-from harness.export import convert_to_circle
+from harness.export import circle_cache
+from harness.export.circle_cache import CircleCache, cache_key
+from harness.export.stages import convert_to_circle
 from harness.pipeline import Pipeline, unwrap
 
 LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
@@ -38,7 +38,7 @@ def test_same_trace_same_key_and_a_hit_is_what_conversion_returns(tmp_path):
 
 
 def _export(pipeline):
-    from harness.export import export_program
+    from harness.export.stages import export_program
 
     name = pipeline.export_sample_name
     adapter = pipeline.case.export.adapter(pipeline.quantized, pipeline.sample(name), pipeline.built)
@@ -66,7 +66,7 @@ def test_one_weight_element_changes_the_key():
 
 
 def test_input_shape_changes_the_key():
-    from harness.export import export_program
+    from harness.export.stages import export_program
 
     pipeline = Pipeline(LINEAR, "tiny")
     adapter = pipeline.quantized
@@ -115,7 +115,7 @@ def test_unhashable_constant_is_uncacheable_not_guessed(tmp_path, monkeypatch):
         raise circle_cache.Uncacheable("constant 'obj' is a ScriptObject, not a tensor")
 
     monkeypatch.setattr(circle_cache, "program_fingerprint", refuse)
-    import harness.export as export
+    import harness.export.stages as export
 
     monkeypatch.setattr(export, "cache_key", lambda p: circle_cache.cache_key(p))
     artifact = convert_to_circle(program, CircleCache(tmp_path))

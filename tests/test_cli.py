@@ -32,7 +32,7 @@ def test_unknown_command_is_an_error(capsys):
 
 
 def test_command_arguments_reach_the_tool():
-    # argparse exits 2 when a required option is missing: the argv went through to harness.limits.
+    # argparse exits 2 when a required option is missing: the argv went through to harness.report.limits_proposal.
     with pytest.raises(SystemExit) as raised:
         main(["limits"])
     assert raised.value.code == 2

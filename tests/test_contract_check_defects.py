@@ -180,7 +180,7 @@ def test_export_contract_catches_adapter_swallowing_wrong_inputs(monkeypatch):
 
 def _nn_linear(**values):
     from cases.nn import CASES as NN_CASES
-    from harness.sweep import expand, make_variant
+    from harness.model.sweep import expand, make_variant
 
     case = next(c for c in NN_CASES if c.name == "nn_linear")
     return expand(case, make_variant(case.sweep, values)) if values else case

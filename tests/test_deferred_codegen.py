@@ -1,4 +1,4 @@
-"""Deferred FX code generation during tico's conversion (harness/export.py): the Circle bytes
+"""Deferred FX code generation during tico's conversion (harness/export/stages.py): the Circle bytes
 and the audited quantized graph equal tico's own conversion, the per-pass code generation is
 really skipped, and a graph whose code cannot be generated still fails conversion."""
 
@@ -10,7 +10,7 @@ import torch
 from cases.gemma4 import CASES as GEMMA4_CASES
 from cases.llama import CASES as LLAMA_CASES
 from cases.nn import CASES as NN_CASES
-from harness.circle_conversion import convert_with_audit, counting_codegens
+from harness.export.circle_conversion import convert_with_audit, counting_codegens
 from harness.pipeline import Pipeline
 
 CASES = {case.name: case for case in [*NN_CASES, *LLAMA_CASES, *GEMMA4_CASES]}

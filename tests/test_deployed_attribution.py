@@ -14,7 +14,7 @@ import torch
 
 from cases.qwen3_vl import CASES as QWEN_CASES
 from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
-from harness.deployed_attribution import deployed_attribution
+from harness.diagnosis.deployed_attribution import deployed_attribution
 from harness.pipeline import Pipeline
 
 REPO = Path(__file__).resolve().parents[1]

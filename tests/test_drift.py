@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from harness.drift import describe_moves, read_pins, version_moves
+from harness.tico_facts.drift import describe_moves, read_pins, version_moves
 from tests.helpers import PINNED
 
 DRIFT_CASES = """
@@ -80,7 +80,7 @@ def test_pins_and_moves(tmp_path):
 
 
 def test_headline_skips_worker_banner_and_finds_the_cause():
-    from harness.drift import _same_release, headline
+    from harness.tico_facts.drift import _same_release, headline
 
     banner = "[gw1] linux -- Python 3.11.7 /x/.venv-drift/bin/python\n"
     assert (
@@ -99,7 +99,7 @@ def test_headline_skips_worker_banner_and_finds_the_cause():
 
 
 def test_a_drifted_item_says_what_the_findings_data_explains_it_by():
-    from harness.drift import explained_by
+    from harness.tico_facts.drift import explained_by
 
     base = {"case": "llama_model", "profile": "tiny", "check": "rotary_parity", "outcome": "failed"}
     moved_api = dict(base, message="E   AttributeError: 'QuantLlamaModel' object has no attribute 'rope_cos_template'")

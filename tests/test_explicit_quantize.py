@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed ops
 
-from harness.qparam_audit import quantized_before_use
-from harness.qparam_records import follow_kept_quantizes
+from harness.circle.missing_qparams import quantized_before_use
+from harness.circle.records import follow_kept_quantizes
 
 Q = torch.ops.quantized_decomposed.quantize_per_tensor.default
 KEY = "_quantization_parameters"

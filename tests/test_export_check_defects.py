@@ -44,17 +44,17 @@ def test_clean_results_carry_the_numbers_reviewers_asked_for():
 
 def test_native_replay_crash_is_a_failure_not_a_note(monkeypatch):
     """Only the runtime's by-design refusal is not applicable; any other NATIVE exception fails."""
-    import harness.export
+    import harness.export.stages
     from cases.nn import CASES as NN_CASES
 
-    real = harness.export.replay_circle
+    real = harness.export.stages.replay_circle
 
     def crashing(circle, args, mode):
         if mode == "native":
             raise IndexError("index 7 is out of bounds for axis 0 with size 4")
         return real(circle, args, mode)
 
-    monkeypatch.setattr(harness.export, "replay_circle", crashing)
+    monkeypatch.setattr(harness.export.stages, "replay_circle", crashing)
     case = next(c for c in NN_CASES if c.name == "nn_linear")
     text = problems_text(run_check(case, "circle_replay"))
     assert "NATIVE replay failed: IndexError: index 7 is out of bounds for axis 0 with size 4" in text
@@ -67,7 +67,7 @@ def test_qparam_audit_agrees_with_tico_checker():
     from tico.quantization.wrapq.utils.check_missing_qparam import check_missing_qparam
     from tico.utils.convert import convert_exported_module_to_circle
 
-    from harness.circle_conversion import _capture_quantized_program
+    from harness.export.circle_conversion import _capture_quantized_program
     from harness.pipeline import Pipeline
 
     pipeline = Pipeline(VISION_ENCODER, "tiny")
@@ -100,7 +100,7 @@ def test_circle_replay_catches_serialized_zero_point_off_by_one(monkeypatch):
 def test_circle_replay_checks_every_output_not_only_the_first(monkeypatch):
     """A Circle model whose second output (here: sin of the out-of-tree rotary wrapper, as a
     layer's returned K/V would be) drifts is caught, and the output is named."""
-    import harness.export as export
+    import harness.export.stages as export
     from examples.qwen3_vl_vision_rotary.cases.qwen3_vl_vision_rotary_embedding import CASE as ROTARY
 
     original = export.replay_circle
@@ -226,7 +226,7 @@ def test_a_refused_operator_is_named_on_the_stage_line():
     expectation can say which operator it diagnosed (gemma4_text_model: lt.Scalar)."""
     from tico.utils.errors import NotYetSupportedError
 
-    from harness.export import convert_to_circle, export_program
+    from harness.export.stages import convert_to_circle, export_program
 
     mask = torch.zeros(1, 1, 4, 4)
     with pytest.raises(NotYetSupportedError, match=r"^NOT SUPPORTED OPERATOR IN GRAPH MODULE: lt\.Scalar x1$"):
@@ -244,7 +244,7 @@ def test_text_model_expectation_names_its_operator():
     """The gemma4_text_model Circle expectation holds only for the diagnosed operator: another
     refused operator (a new breakage) is a problem it does not cover, and the item fails."""
     from cases.gemma4_text import TEXT_MODEL
-    from harness.expectations import judge
+    from harness.model.expectations import judge
 
     expected = TEXT_MODEL.expected_failures["circle_replay"]
     line = "stage 'circle_convert' failed: NotYetSupportedError: NOT SUPPORTED OPERATOR IN GRAPH MODULE: {}"

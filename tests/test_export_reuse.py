@@ -15,10 +15,10 @@ import torch
 
 from cases.llama import CASES as LLAMA_CASES
 from cases.nn import CASES as NN_CASES
-from harness import execution_key as execution_key_module
-from harness import export_reuse
-from harness.execution_key import execution_key
-from harness.export_reuse import ExportCache
+from harness.export import execution_key as execution_key_module
+from harness.export import export_reuse
+from harness.export.execution_key import execution_key
+from harness.export.export_reuse import ExportCache
 from harness.pipeline import Pipeline, RunSettings, unwrap
 
 REPO = Path(__file__).resolve().parents[1]
@@ -173,9 +173,9 @@ def test_fingerprinting_leaves_a_stateful_adapter_as_it_was():
 KEY_IN_FRESH_PROCESS = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from harness.catalog import load_cases
+from harness.model.case_loading import load_cases
 from harness.pipeline import Pipeline, warm_imports
-from harness.execution_key import execution_key
+from harness.export.execution_key import execution_key
 warm_imports()
 cases = {c.name: c for _, c in load_cases()}
 for name in sys.argv[2].split(","):

@@ -93,7 +93,7 @@ def test_a_plugin_check_runs_everywhere_without_editing_the_harness(toy_project)
     assert "<th>out |max|</th>" in html
     assert "<p class='toy-fragment'>toy range: " in html and "&le; 1e-09</p>" in html
 
-    from harness.report import history
+    from harness.report import history_store as history
 
     db = toy_project.path / "history.sqlite"
     history.append_run(db, doc)
@@ -129,9 +129,9 @@ def test_a_case_stating_no_replay_limits_is_held_to_the_arithmetic_floor():
     its base's) is gated at one rounding flip and 0.1 mean step, never left ungated."""
     import dataclasses
 
-    from harness.check_settings import resolve
     from harness.checks.circle_replay import CHECK as CIRCLE
     from harness.checks.circle_replay import MEAN_STEPS_FLOOR, ROUNDING_FLIP_STEPS
+    from harness.model.check_settings import resolve
     from tests.test_profile_limits import LINEAR
 
     unstated = resolve(CIRCLE, dataclasses.replace(LINEAR, settings={}), "tiny")
@@ -142,9 +142,9 @@ def test_settings_resolve_defaults_then_case_then_profile():
     import dataclasses
 
     from harness import ProfileLimits, merged_settings
-    from harness.check_settings import resolve, validate
     from harness.checks import all_checks
     from harness.checks.circle_replay import CHECK as CIRCLE
+    from harness.model.check_settings import resolve, validate
     from tests.test_profile_limits import LINEAR
 
     case = dataclasses.replace(

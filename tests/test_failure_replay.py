@@ -15,7 +15,7 @@ import pytest
 
 from cases.nn import CASES as NN_CASES
 from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
-from harness import failure_replay
+from harness.export import failure_replay
 from harness.pipeline import Pipeline, RunSettings, StageError, StageTimeout
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,7 +123,7 @@ def test_a_refused_export_is_replayed_as_the_cold_failure(tmp_path):
 
 _KEY_SCRIPT = """
 from cases.qwen3_vl_text import CASES
-from harness.execution_key import execution_key
+from harness.export.execution_key import execution_key
 from harness.pipeline import Pipeline
 case = next(c for c in CASES if c.name == "qwen3_vl_for_conditional_generation")
 pipeline = Pipeline(case, "tiny")

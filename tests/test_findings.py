@@ -13,8 +13,8 @@ import pytest
 
 from harness import Expected
 from harness.commands.findings import declared_expectations
-from harness.expectations import judge, matchable
-from harness.findings import (
+from harness.model.expectations import judge, matchable
+from harness.tico_facts.findings_data import (
     FINDINGS_FILE,
     FindingsError,
     definition_errors,
@@ -24,7 +24,7 @@ from harness.findings import (
     pattern_flaw,
     registry,
 )
-from harness.tico_identity import package_dir, source_fingerprint
+from harness.tico_facts.tico_identity import package_dir, source_fingerprint
 
 
 def _in_tree_expectations():
@@ -136,7 +136,7 @@ def test_api_changes_parse_and_refuse_what_findings_refuse():
 
 
 def test_a_failure_an_api_change_explains_is_sorted_there_and_anything_else_stays_new():
-    from harness.finding_status import render_lines, summarize
+    from harness.tico_facts.finding_status import render_lines, summarize
 
     traced = (
         "stage 'torch_export' failed: Unsupported: Observed exception\n  Developer debug context: raised "
@@ -258,7 +258,10 @@ CASES = [
 @pytest.mark.parametrize("recorded", [True, False], ids=["recorded_tico", "other_tico"])
 def test_review_mode_through_pytest(pytester, recorded):
     # The run stands in for one on another tico: its conftest says whether tico is the recorded one.
-    pytester.makeconftest(f"import harness.findings\nharness.findings.recorded_here = lambda: {recorded}\n")
+    pytester.makeconftest(
+        "import harness.tico_facts.findings_data\n"
+        f"harness.tico_facts.findings_data.recorded_here = lambda: {recorded}\n"
+    )
     pytester.makeini("[pytest]\ntestpaths = cases\nwrapq_cases_dir = cases\n")
     (pytester.mkpydir("cases") / "toy.py").write_text(textwrap.dedent(CASES))
     result = pytester.runpytest_subprocess("-p", "no:xdist", "-k", "quant_accuracy or observer_use")
@@ -281,7 +284,7 @@ def test_review_mode_through_pytest(pytester, recorded):
 
 
 def test_a_finding_a_newer_tico_brought_is_not_expected_on_the_recorded_one(monkeypatch):
-    from harness import findings
+    from harness.tico_facts import findings_data as findings
 
     newer = registry().get("llama-decoder-float-residual-stream")
     assert newer.since and newer.since != registry().recorded_version
@@ -294,7 +297,7 @@ def test_a_finding_a_newer_tico_brought_is_not_expected_on_the_recorded_one(monk
 
 
 def test_a_newer_finding_absent_on_another_tico_is_neither_open_nor_fixed():
-    from harness import findings
+    from harness.tico_facts import findings_data as findings
 
     newer = expect("llama-decoder-float-residual-stream")
     both = expect("rotate-half-two-qparams", check="qparam_consistency") + newer

@@ -14,8 +14,8 @@ from safetensors.torch import load_file, save_file
 from tico.quantization.wrapq.wrappers.gemma4.quant_vision_encoder import QuantGemma4VisionEncoder
 
 from cases.gemma4 import VISION_ENCODER
-from harness import golden
 from harness.checks import all_checks
+from harness.golden import tensors as golden
 from harness.pipeline import Pipeline, RunSettings
 from tests.helpers import PINNED, edit_golden, problems_text
 
@@ -384,7 +384,7 @@ def test_every_committed_golden_has_measured_noise_and_no_entry_is_stale():
     """A golden compared without measured noise falls back to the loose unmeasured limit (the check says so
     in its notes): every committed tiny golden's case is in golden/noise.json, every entry names one, and the
     goldens left unmeasured are exactly the stated ones."""
-    from harness import portable
+    from harness.golden import portable
 
     golden_dir = REPO / "golden"
     stems = {path.name[: -len(".safetensors")] for path in golden_dir.glob("*.safetensors")}

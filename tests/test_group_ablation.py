@@ -1,4 +1,4 @@
-"""harness/group_ablation.py and ``python -m harness explain --off/--only``: a loss two observers
+"""harness/diagnosis/group_ablation.py and ``python -m harness explain --off/--only``: a loss two observers
 cause together, which leave-one-out attribution reads as 0 dB for each."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.attribution import attribute
-from harness.group_ablation import GroupError, ablate_groups, parse_group, select_sites
+from harness.diagnosis.group_ablation import GroupError, ablate_groups, parse_group, select_sites
+from harness.diagnosis.site_attribution import attribute
 
 REPO = Path(__file__).resolve().parents[1]
 PROBABILITIES = ["*obs_softmax", "*obs_attn_weights"]  # llama's two fake-quants of the attention probabilities

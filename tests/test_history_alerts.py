@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.commands import history as history_command
-from harness.report import alerts, dashboard, history
+from harness.report import alerts, dashboard
+from harness.report import history_store as history
 from tests.report_fixture import results_doc
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,7 +17,8 @@ import pytest
 
 from harness.checks.base import Metric, RegressionPolicy
 from harness.commands import history as history_command
-from harness.report import dashboard, history, policy, regression
+from harness.report import dashboard, policy, regression
+from harness.report import history_store as history
 from tests import dashboard_fixture
 from tests.report_fixture import results_doc
 
@@ -148,7 +149,7 @@ def test_a_database_from_a_newer_harness_is_refused(tmp_path, capsys):
 APPENDER = """
 import json, sys, time
 from pathlib import Path
-from harness.report import history
+from harness.report import history_store as history
 db, doc_path, start = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 worker, runs = sys.argv[4], int(sys.argv[5])
 doc = json.loads(doc_path.read_text())
@@ -219,7 +220,7 @@ def test_a_failure_mid_append_leaves_no_half_run(tmp_path, monkeypatch):
 KILLED = """
 import json, os, sys
 from pathlib import Path
-from harness.report import history
+from harness.report import history_store as history
 real, calls = history.tracked, []
 def dying(doc, rec):
     calls.append(1)

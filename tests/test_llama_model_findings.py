@@ -11,8 +11,8 @@ import torch
 from tico.quantization.config.ptq import PTQConfig
 
 from cases import llama_model as lm
-from harness.lifecycle_ops import wrap_noquant
-from harness.metrics import select_valid
+from harness.primitives.lifecycle_ops import wrap_noquant
+from harness.primitives.metrics import select_valid
 
 MODEL = {case.name: case for case in lm.CASES}["llama_model"]
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from harness import metrics
+from harness.primitives import metrics
 
 
 @pytest.mark.parametrize("seed", range(5))

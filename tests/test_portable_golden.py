@@ -47,7 +47,7 @@ def _golden_run(
 def test_every_golden_item_passes_under_another_kernel_selection(tmp_path, capability):
     done = _golden_run(tmp_path, capability, "golden")
     assert done.returncode == 0, done.stdout[-4000:]
-    from harness.catalog import add_configured_import_roots, load_cases
+    from harness.model.case_loading import add_configured_import_roots, load_cases
 
     add_configured_import_roots()
     tiny_cases = sum(1 for _, case in load_cases() if case.profiles[0] == "tiny")

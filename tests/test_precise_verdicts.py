@@ -14,9 +14,9 @@ import torch
 
 from cases.nn import CASES as NN_CASES
 from harness import Expected
-from harness.case import CaseDefinitionError
-from harness.compare import compare_close
-from harness.expectations import judge
+from harness.model.case import CaseDefinitionError
+from harness.model.expectations import judge
+from harness.primitives.tensor_compare import compare_close
 from tests.helpers import problems_text, run_check
 
 NN_LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")

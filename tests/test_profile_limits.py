@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from cases.nn import CASES as NN_CASES
-from harness import limits_data
-from harness.case import CaseDefinitionError, ProfileLimits
-from harness.check_settings import validate
 from harness.checks import all_checks, describe_checks
 from harness.checks.quant_accuracy import CHECK as QUANT_ACCURACY
-from harness.limits import propose, render, write
+from harness.model import limits_data
+from harness.model.case import CaseDefinitionError, ProfileLimits
+from harness.model.check_settings import validate
 from harness.pipeline import Pipeline
+from harness.report.limits_proposal import propose, render, write
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKS = describe_checks(all_checks())
@@ -136,7 +136,7 @@ def test_the_proposer_takes_the_worst_run_and_states_its_margin(tmp_path):
 
 
 def test_every_nightly_case_states_its_limits_and_no_entry_is_stale():
-    from harness.catalog import load_cases
+    from harness.model.case_loading import load_cases
 
     e2b_cases = {case.name: case for _, case in load_cases() if "e2b_dims" in case.profiles}
     assert e2b_cases, "no case runs the e2b_dims profile"
@@ -150,7 +150,7 @@ def test_every_nightly_case_states_its_limits_and_no_entry_is_stale():
 def test_a_flip_count_read_through_float_error_is_proposed_as_the_count():
     """An INT16 output's one flip reads 1.0002 steps (float32 at 32767 steps): the proposal is
     one step, not 1.3; a reading that is no whole count keeps the headroom."""
-    from harness.limits import _limit
+    from harness.report.limits_proposal import _limit
 
     steps = next(m for m in CHECKS["circle_replay"]["metrics"] if m["name"] == "fake_quantize_max_steps")
     assert _limit(steps, [0.0, 1.0002]) == (1.0, 1.0002)
@@ -182,7 +182,7 @@ def test_a_profile_gets_its_own_diagnosed_failures():
 
 
 def test_static_runtime_limits_name_only_its_cases_and_say_where_they_come_from():
-    from harness.catalog import load_cases
+    from harness.model.case_loading import load_cases
 
     static_cases = {case.name: case for _, case in load_cases() if "static_runtime" in case.profiles}
     assert static_cases, "no case runs the static_runtime profile"
@@ -203,7 +203,7 @@ def test_a_diagnosis_whose_cause_a_profile_lacks_is_dropped_there():
     """gemma4_vision_encoder's padding hazard needs calibration on unpadded data; static_runtime calibrates
     on TICO's padded static layout, so there mask_quant carries no expectation and must pass."""
     from harness import Expected
-    from harness.catalog import load_cases
+    from harness.model.case_loading import load_cases
 
     encoder = next(case for _, case in load_cases() if case.name == "gemma4_vision_encoder")
     assert "mask_quant" in encoder.expected_failures_for("tiny")

@@ -15,7 +15,7 @@ import torch
 from cases._shared_diagnoses import replaced_qparams
 from cases.nn import CASES as NN_CASES
 from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
-from harness.expectations import judge
+from harness.model.expectations import judge
 from tests.helpers import problems_text, run_check, run_clean_check
 
 REPO = Path(__file__).resolve().parents[1]

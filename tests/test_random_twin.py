@@ -1,4 +1,4 @@
-"""harness.random_twin: portable iid normals and the weight replacement the real-vs-random
+"""harness.diagnosis.random_twin: portable iid normals and the weight replacement the real-vs-random
 contrasts rely on."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.random_twin import portable_normal, randomize_weights
+from harness.diagnosis.random_twin import portable_normal, randomize_weights
 
 
 def test_portable_normal_is_seeded_and_normal():

@@ -1,7 +1,7 @@
 """The real_weights profile: a clean skip without the optional dependency, and a seeded defect
 that random weights hide and the real checkpoint shows.
 
-The defect (``harness.defects.activation_range_percentile``): every per-tensor min/max
+The defect (``harness.golden.defects.activation_range_percentile``): every per-tensor min/max
 observer keeps the 0.1..99.9 percentile range of each calibration batch, clipping outliers.
 Measured (tests below print their numbers): on llama_mlp_real_l15 SQNR 66.9 -> 14.2 dB, PEIR
 0.0001 -> 0.36; on the 2-layer causal LM top-1 agreement 0.68 -> 0.07, KL 0.31 -> 2.35 nats. The
@@ -14,7 +14,7 @@ weights, that hide this one.
 The defect only real weight *distributions* expose (``defects.weight_channel_axis_transposed``, a
 QuantLinear weight observer per input feature instead of per output row) is measured on
 llama_mlp_w8a16_real_l27 against the same case with random weights of the same shapes
-(``harness.random_twin``): real loses 3.4 dB and fails its limit, random loses 0.09 dB.
+(``harness.diagnosis.random_twin``): real loses 3.4 dB and fails its limit, random loses 0.09 dB.
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ import dataclasses
 import pytest
 import torch
 
-from harness import Built, CaseInputs, Sample, defects
-from harness import real_weights as rw
-from harness.case import _probe
-from harness.catalog import cases_of
+from harness import Built, CaseInputs, Sample
+from harness.golden import defects
+from harness.model import real_weights as rw
+from harness.model.case import _probe
+from harness.model.case_loading import cases_of
 from harness.pipeline import Pipeline
 from tests.helpers import CHECKS
 
@@ -136,7 +137,7 @@ def test_percentile_clipping_leaves_the_tiny_llama_cases_unchanged(monkeypatch):
 def _random_weight_twin(case):
     """The same case with every matrix weight replaced by portable iid normals (std 0.02, Llama's
     initializer_range): same shapes, same real inputs, only the weights' distribution differs."""
-    from harness.random_twin import randomize_weights
+    from harness.diagnosis.random_twin import randomize_weights
 
     real_build = case.build
 

@@ -15,7 +15,7 @@ from cases.gemma4_text import CASES as GEMMA_TEXT_CASES
 from cases.llama import CASES as LLAMA_CASES
 from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
 from harness.checks.circle_replay import _float_slack_steps
-from harness.circle_alignment import aligned_to_circle, circle_fake_quant
+from harness.circle.alignment import aligned_to_circle, circle_fake_quant
 from harness.pipeline import Pipeline
 from tests.helpers import _CLEAN, CHECKS, problems_text, run_check, run_clean_check
 from tests.pass_defects import serialize_zero_points_off_by_one
@@ -159,7 +159,7 @@ def test_a_neg_given_the_wrong_qparams_is_named(monkeypatch):
     clean = run_clean_check(LLAMA_PREFILL, "qparam_consistency").evidence["requantized"]
     seeded = result.evidence["requantized"]
     assert [r["scale"] for r in seeded] == pytest.approx([r["scale"] / 2 for r in clean])
-    from harness.expectations import judge
+    from harness.model.expectations import judge
 
     assert not judge(LLAMA_PREFILL.expected_failures["qparam_consistency"], result.problems).expected
     replay = run_check(LLAMA_PREFILL, "circle_replay")
@@ -284,7 +284,7 @@ def test_a_split_output_given_qparams_of_no_observer_is_named(monkeypatch):
 
     monkeypatch.setattr(forward.PropagateQParamForward, "call", widening)
     from harness.checks.qparam_consistency import CHECK
-    from harness.expectations import judge
+    from harness.model.expectations import judge
 
     pipeline = Pipeline(LLAMA_PREFILL, "tiny")
     result = CHECK.run(pipeline)
@@ -355,8 +355,8 @@ def test_quantized_bias_explains_the_gemma4_vision_model_gap():
     from tico.circle.runtime.kernels.base import ExecutionMode
     from tico.circle.runtime.quantization import dequantize_array
 
-    from harness import limits_data
-    from harness.qparam_records import circle_bias
+    from harness.circle.records import circle_bias
+    from harness.model import limits_data
 
     case = _gemma4_vision_model()
     pipeline = _CLEAN.get(case, "tiny")
@@ -441,7 +441,7 @@ def test_an_integer_bias_off_the_rounding_rule_is_not_absorbed(monkeypatch):
 def test_clean_tico_biases_follow_the_rounding_rule():
     """The refusal behind the seeded defect stays silent on clean tico: every integer bias of a case with
     biases is its float bias rounded to input scale x weight scale steps."""
-    from harness.qparam_records import bias_off_rule
+    from harness.circle.records import bias_off_rule
 
     case = _gemma4_vision_model()
     pipeline = _CLEAN.get(case, "tiny")
@@ -454,7 +454,7 @@ def test_large_integer_biases_are_judged_with_float32s_error():
     """tico's bias rule run in float32 (quantize_bias.py:129-132) on biases of |q| ~ 1e5-1e6 steps, as
     gemma4_vision_model's patch projection has at static_runtime: rounding reads a little over the half step
     there and is accepted; truncating (the seeded defect above) is still refused at that size."""
-    from harness.qparam_records import bias_off_rule
+    from harness.circle.records import bias_off_rule
 
     generator = torch.Generator().manual_seed(0)
     weight_scale = torch.rand(4096, generator=generator) * 1e-5 + 1e-6
@@ -485,7 +485,7 @@ def test_a_residual_sum_given_qparams_of_no_fake_quant_is_not_absorbed(monkeypat
     from tico.quantization.passes import propagate_qparam_backward as backward
     from tico.serialize.quant_param import QPARAM_KEY
 
-    from harness.qparam_records import _wrapper_line
+    from harness.circle.records import _wrapper_line
 
     original = backward.PropagateQParamBackward.call
     seeded = []
@@ -565,7 +565,7 @@ def test_softmax_is_computed_as_the_circle_runtime_kernel():
     CPU's vectorized exp)."""
     from tico.circle.runtime.kernels.reduction import _softmax as runtime_softmax
 
-    from harness.circle_alignment import _circle_softmax
+    from harness.circle.alignment import _circle_softmax
 
     torch.manual_seed(0)
     logits = torch.randn(8, 2520) * 4
@@ -597,7 +597,7 @@ def test_gelu_is_computed_as_the_circle_runtime_kernel(approximate):
     float32 GELU differs from it in the last bits somewhere (how many elements depends on the CPU)."""
     from tico.circle.runtime.kernels.elementwise import _gelu as runtime_gelu
 
-    from harness.circle_alignment import _circle_gelu
+    from harness.circle.alignment import _circle_gelu
 
     torch.manual_seed(0)
     x = torch.randn(64, 4096) * 3
@@ -631,7 +631,7 @@ def test_batch_matmul_is_computed_as_the_circle_runtime_kernel():
     torch's bmm differs from it in the last bits somewhere (how many depends on the CPU's GEMM)."""
     from tico.circle.runtime.kernels.nn import _batch_matmul as runtime_bmm
 
-    from harness.circle_alignment import _circle_bmm
+    from harness.circle.alignment import _circle_bmm
 
     torch.manual_seed(0)
     q, k = torch.randn(4, 256, 512), torch.randn(4, 256, 512)

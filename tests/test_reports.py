@@ -9,7 +9,9 @@ import sqlite3
 import pytest
 
 from harness.commands import history as history_command
-from harness.report import dashboard, history, merge
+from harness.report import dashboard
+from harness.report import history_store as history
+from harness.report import shard_merge as merge
 from harness.report.html import case_rows, render_report
 from tests.report_fixture import HOSTILE, results_doc
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import rerun
+from harness.records import rerun
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import comparison_report, rerun, run_compare
 from harness.__main__ import main
+from harness.records import rerun
+from harness.report import comparison_report, run_compare
 from tests.report_fixture import HOSTILE, results_doc
 
 REPO = Path(__file__).resolve().parents[1]

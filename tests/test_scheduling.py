@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from harness.report import merge
-from harness.scheduling import (
+from harness.report import shard_merge as merge
+from harness.run.scheduling import (
     ShardSpecError,
     assign_shards,
     load_durations,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cases import _static_runtime as static
-from harness.catalog import load_cases
+from harness.model.case_loading import load_cases
 
 _SMOKE = "tico.quantization.recipes.debug.wrapper_smoke.cases."
 # family -> (tico smoke module, its case tuple, its static-runtime shape dataclass, the harness's copy)

@@ -1,4 +1,4 @@
-"""Configuration sweeps (harness/sweep.py): variant sets, ids, selection, grouping, malformed
+"""Configuration sweeps (harness/model/sweep.py): variant sets, ids, selection, grouping, malformed
 sweeps as definition items, and a seeded GQA defect that only one variant exposes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from harness import Case, Sweep
-from harness.sweep import SweepError, validate, variants
+from harness.model.sweep import SweepError, validate, variants
 
 
 def _build(profile, kv_heads=1, layout="batched"):
@@ -251,7 +251,7 @@ def test_a_malformed_sweep_is_a_definition_item_and_other_cases_run(swept):
 
 
 def test_declared_cases_reject_a_non_sweep():
-    from harness.sweep import validate as check
+    from harness.model.sweep import validate as check
 
     with pytest.raises(SweepError, match="must be harness.Sweep"):
         check({"kv_heads": (1, 2)}, ("tiny",), CALLABLES)

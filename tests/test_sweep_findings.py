@@ -11,7 +11,7 @@ import torch
 
 from cases.llama import _reference_eval_config, build_attention
 from cases.nn import CASES as NN_CASES
-from harness.sweep import expand, make_variant
+from harness.model.sweep import expand, make_variant
 from tests.helpers import run_check
 
 
@@ -92,7 +92,7 @@ def test_unrolled_layout_broadcasts_a_4d_mask_across_the_batch():
 
 
 def test_quantize_bias_refuses_a_per_tensor_weight():
-    from harness.stage_engine import StageError
+    from harness.primitives.stage_engine import StageError
 
     case = next(c for c in NN_CASES if c.name == "nn_linear")
     per_tensor = expand(case, make_variant(case.sweep, {"policy": "per_tensor_weight", "bias": True}))

@@ -1,4 +1,4 @@
-"""harness.weight_contrast: the attribution check's real-vs-random-weights site table. On a tiny
+"""harness.diagnosis.weight_contrast: the attribution check's real-vs-random-weights site table. On a tiny
 case (cheap) its mechanics; on the real checkpoint, that it names the site a weight defect only
 trained weights expose (defects.weight_channel_axis_transposed) as dominant on real weights only."""
 
@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 import torch
 
-from harness import defects
-from harness import real_weights as rw
-from harness.catalog import cases_of
+from harness.diagnosis.weight_contrast import random_weights_case
+from harness.golden import defects
+from harness.model import real_weights as rw
+from harness.model.case_loading import cases_of
 from harness.pipeline import Pipeline
-from harness.weight_contrast import random_weights_case
 from tests.helpers import CHECKS
 
 
@@ -27,7 +27,7 @@ def _with_contrast(case):
 
 def test_the_twin_holds_other_weights_and_the_same_inputs():
     import cases.llama as llama
-    from harness.lifecycle_ops import set_seed
+    from harness.primitives.lifecycle_ops import set_seed
 
     case = {c.name: c for c in llama.CASES}["llama_attention_prefill"]
     set_seed(case.seed)

@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
-from harness import coverage_measure
-from harness import wrapper_coverage as wc
-from harness.catalog import add_configured_import_roots, load_cases
+from harness.commands import _coverage_measure as coverage_measure
+from harness.model.case_loading import add_configured_import_roots, load_cases
+from harness.tico_facts import wrapper_coverage as wc
 
 # Cheap cases that between them have a root with children (RMSNorm, SiLU, MLP, attention
 # inside a decoder layer) and a tree with no root wrapper (the tied embedding, prepared child

@@ -1,6 +1,6 @@
 """Generic checks. Each module in this package defines one ``CHECK``; adding a check is
 adding a file. A pytest plugin outside the harness adds its own with the
-``pytest_wrapq_checks(config)`` hook (harness/hookspecs.py). Order is by name, so node ids
+``pytest_wrapq_checks(config)`` hook (harness/run/hookspecs.py). Order is by name, so node ids
 are stable."""
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.algorithm import capture_linear_inputs
 from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult, Metric, requires_capability
-from harness.metrics import select_valid, sqnr_db
+from harness.model.algorithm import capture_linear_inputs
+from harness.primitives.metrics import select_valid, sqnr_db
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What a PTQ algorithm run before wrapq computed is what the wrappers and the Circle model use.
 
-For every tensor in the case's algorithm record (harness/algorithm.py), by fp_name: the wrapper
+For every tensor in the case's algorithm record (harness/model/algorithm.py), by fp_name: the wrapper
 holding that module carries the algorithm's weight (SmoothQuant: the norm weights divided and
 the linear weights multiplied by the smoothing scales, recomputed here from the calibration
 statistics; GPTQ: its output weights), up to a uniform factor the wrapper folds itself (the

@@ -2,7 +2,7 @@
 interior site that alone costs more than ``max_site_gain_db``; beside it, every wrapped
 submodule's isolated vs propagated error and the one where error is made most.
 
-``harness/attribution.py`` switches each site's fake-quant off on a private copy of the QUANT
+``harness/diagnosis/site_attribution.py`` switches each site's fake-quant off on a private copy of the QUANT
 tree (one forward per site) and records the output SQNR / PEIR gain vs the Hugging Face
 reference on the default sample, with the site's dtype, qparams, calibrated and seen ranges
 and clipped fraction. The ranked table is the evidence; the check fails on
@@ -24,13 +24,13 @@ qwen3_vl_text_attention_prefill (a precise expectation there) and 1.0-6.3 dB on 
 cases, under the limit: there it is named by the ranking, not failed.
 
 A case whose settings set ``random_weights_contrast`` (every real-weights case) also gets the same
-sites measured on random weights of the same shapes (harness/weight_contrast.py): rows, the sites
+sites measured on random weights of the same shapes (harness/diagnosis/weight_contrast.py): rows, the sites
 that dominate on the real weights only, three tracked metrics; not gated.
 
 Cost: one forward per evaluated site (at most ``max_sites``, the noisiest first by local SQNR;
 capping is recorded as a note; the seconds are in the evidence, not the metrics, which must
 not differ between runs). With the export cache on, an attribution of a model that executes
-exactly as before is reused (harness/attribution_cache.py; ``attribution_cache`` in the
+exactly as before is reused (harness/diagnosis/attribution_cache.py; ``attribution_cache`` in the
 evidence says hit or miss) and judged again against the current settings. Run on the case's first profile only
 (``tiny`` for every case here, the
 profile its limits are stated for): at ``e2b_dims`` one forward costs seconds and a tiny-measured
@@ -43,6 +43,9 @@ import math
 from dataclasses import dataclass
 
 from harness.checks.base import Check, CheckResult, Metric
+from harness.diagnosis.attribution_cache import cached_attribute
+from harness.diagnosis.submodule_error import error_origin
+from harness.diagnosis.weight_contrast import contrast
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class Settings:
     max_site_gain_db: float | None = 8.6
     max_sites: int = 64
     min_resolved_levels: float | None = 1.0
-    # real-weights cases: the same sites on random weights of the same shapes (harness/weight_contrast.py)
+    # real-weights cases: the same sites on random weights of the same shapes (harness/diagnosis/weight_contrast.py)
     random_weights_contrast: bool = False
 
 
@@ -59,8 +62,6 @@ def _fmt(v) -> str:
 
 
 def run(pipeline) -> CheckResult:
-    from harness.attribution_cache import cached_attribute
-    from harness.submodule_error import error_origin
 
     th = pipeline.check_settings(CHECK)
     result = CheckResult()
@@ -157,8 +158,6 @@ def run(pipeline) -> CheckResult:
         if row.note:
             result.notes.append(f"submodule {row.path}: {row.note}")
     if th.random_weights_contrast:
-        from harness.weight_contrast import contrast
-
         versus = contrast(pipeline, att, max_sites=th.max_sites)
         result.evidence["random_weights"] = versus
         result.metrics["random_weights_sqnr_db"] = versus["sqnr_db"]
@@ -227,7 +226,7 @@ s.peir_gain | num }}</td>
 <td>{{ s.resolved_levels | num }}</td><td class="muted">{{ s.boundary or "" }}</td></tr>
 {% endfor %}</table>
 {% set rw = ev.get("random_weights") %}{% if rw %}<p>The same sites with random weights of the same shapes (same inputs
-and PTQConfig; harness/weight_contrast.py): SQNR as is {{ rw.get("sqnr_db") | num }} dB (real {{
+and PTQConfig; harness/diagnosis/weight_contrast.py): SQNR as is {{ rw.get("sqnr_db") | num }} dB (real {{
 ev.get("sqnr_db") | num }} dB).
 Dominant on the real weights only (over {{ rw.get("margin_db") | num }} dB more than random):
 {{ (rw.get("real_dominant") or ["none"]) | join(", ") }}.</p>

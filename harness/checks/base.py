@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness.case import Case
+from harness.model.case import Case
 
 
 @dataclass

@@ -8,7 +8,7 @@ import fnmatch
 import torch
 
 from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult
-from harness.lifecycle_ops import unwrap
+from harness.primitives.lifecycle_ops import unwrap
 
 
 def _observer_problem(obs) -> str | None:

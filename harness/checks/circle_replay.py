@@ -13,9 +13,10 @@ import torch
 
 from harness import compat
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
-from harness.circle_alignment import aligned_to_circle
-from harness.metrics import as_float, nonfinite_summary
-from harness.qparam_requantized import describe_requantized
+from harness.circle.alignment import aligned_to_circle
+from harness.circle.requantized import describe_requantized
+from harness.diagnosis.deployed_attribution import deployed_attribution
+from harness.primitives.metrics import as_float, nonfinite_summary
 
 # The Circle runtime computes the same graph with its own float kernels (numpy), torch with
 # others: at any fake-quant an element near a rounding boundary can land on the adjacent level,
@@ -268,9 +269,8 @@ def run(pipeline) -> CheckResult:
 
 def _say_where_the_gap_runs(result: CheckResult, pipeline) -> None:
     """On a failing (or expected-failing) replay only: the sites whose removal in torch alone
-    closes the gap to the Circle model (harness/deployed_attribution.py). Evidence, never a
+    closes the gap to the Circle model (harness/diagnosis/deployed_attribution.py). Evidence, never a
     problem line: the verdict is the replay's."""
-    from harness.deployed_attribution import deployed_attribution
 
     try:
         deployed = deployed_attribution(pipeline)

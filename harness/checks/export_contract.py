@@ -8,8 +8,8 @@ import re
 import torch
 
 from harness.checks.base import Check, CheckResult, requires_capability
-from harness.expectations import Expected
-from harness.lifecycle_ops import enable_calibration
+from harness.model.expectations import Expected
+from harness.primitives.lifecycle_ops import enable_calibration
 
 CALIB_MODE_PROBLEM = "export adapter was built in CALIB mode; it must be refused outside NO_QUANT/QUANT"
 

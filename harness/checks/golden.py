@@ -1,4 +1,4 @@
-"""Regression gate against committed golden tensors (see harness/golden.py, harness/portable.py).
+"""Regression gate against committed golden tensors (see harness/golden/tensors.py, harness/golden/portable.py).
 
 With ``--update-golden`` it stages the golden for the end of the run and says what the rewrite
 changes (new, beyond the measured noise, within it, identical); ``--update-golden=fail`` fails
@@ -9,8 +9,9 @@ changed) is reported as stale rather than as numeric drift, and drift names the 
 statistic over its limit, how far beyond the measured cross-platform noise it is, and which
 library versions and platform differ from the manifest."""
 
-from harness import baseline, golden, portable
 from harness.checks.base import Check, CheckResult, Metric
+from harness.golden import baseline, portable
+from harness.golden import tensors as golden
 
 
 def run(pipeline) -> CheckResult:

@@ -7,8 +7,8 @@ import copy
 import torch
 
 from harness.checks.base import Check, CheckResult
-from harness.lifecycle_ops import enable_calibration, freeze_qparams, wrap_noquant
-from harness.metrics import nonfinite_summary
+from harness.primitives.lifecycle_ops import enable_calibration, freeze_qparams, wrap_noquant
+from harness.primitives.metrics import nonfinite_summary
 
 
 def _modes(root) -> set[str]:

@@ -5,7 +5,7 @@ configured fill value on every other pair."""
 import torch
 
 from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult, Metric, requires_capability
-from harness.metrics import nonfinite_summary
+from harness.primitives.metrics import nonfinite_summary
 
 
 def _judge(probe, result: CheckResult) -> None:

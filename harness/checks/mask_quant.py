@@ -6,7 +6,7 @@ weight below 1e-6 in each valid query row. Catches the calibrated-without-paddin
 import torch
 
 from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult, Metric, requires_capability
-from harness.metrics import nonfinite_summary
+from harness.primitives.metrics import nonfinite_summary
 
 MAX_MASKED_WEIGHT = 1e-6
 

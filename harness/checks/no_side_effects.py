@@ -13,7 +13,7 @@ import copy
 import torch
 
 from harness.checks.base import Check, CheckResult
-from harness.lifecycle_ops import wrap_noquant
+from harness.primitives.lifecycle_ops import wrap_noquant
 
 # Tensors smaller than this, or constant ones (e.g. an all-ones norm weight), can coincide by
 # value without being copies of each other.

@@ -6,7 +6,7 @@ re-implements a forward path (RoPE gather, mask build) is held to the reference.
 from dataclasses import dataclass
 
 from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult, Metric
-from harness.compare import compare_close
+from harness.primitives.tensor_compare import compare_close
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Iterator
 import torch
 
 from harness.checks.base import Check, CheckResult
-from harness.lifecycle_ops import enable_calibration, freeze_qparams, unwrap, wrap_noquant
+from harness.primitives.lifecycle_ops import enable_calibration, freeze_qparams, unwrap, wrap_noquant
 
 
 @contextmanager

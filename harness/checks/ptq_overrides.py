@@ -7,7 +7,7 @@ import copy
 import torch
 
 from harness.checks.base import Check, CheckResult
-from harness.lifecycle_ops import unwrap
+from harness.primitives.lifecycle_ops import unwrap
 
 
 def _qparams(root) -> dict[str, tuple]:

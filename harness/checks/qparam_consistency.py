@@ -3,8 +3,8 @@ is fake-quantized in torch with qparams that tico's passes later replace (one te
 qparams), so the torch QUANT output is what the Circle model computes."""
 
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
-from harness.qparam_consistency import describe, describe_unpinned, unpinned
-from harness.qparam_requantized import describe_requantized
+from harness.circle.consistency import describe, describe_unpinned, unpinned
+from harness.circle.requantized import describe_requantized
 
 
 def run(pipeline) -> CheckResult:

@@ -7,7 +7,7 @@ unless the case names them in ``ungated_samples`` with a reason (recorded as a n
 from dataclasses import dataclass
 
 from harness.checks.base import Check, CheckResult, Metric
-from harness.metrics import NonFiniteError, accuracy_metrics, error_histogram, scatter_sample, select_valid
+from harness.primitives.metrics import NonFiniteError, accuracy_metrics, error_histogram, scatter_sample, select_valid
 
 
 @dataclass(frozen=True)

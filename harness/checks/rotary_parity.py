@@ -7,7 +7,7 @@ where the model has time) so height/width mix-ups show."""
 from dataclasses import dataclass
 
 from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult, Metric, requires_capability
-from harness.compare import compare_close
+from harness.primitives.tensor_compare import compare_close
 
 
 @dataclass(frozen=True)

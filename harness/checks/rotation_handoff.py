@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult, Metric, requires_capability
-from harness.metrics import select_valid, sqnr_db
+from harness.primitives.metrics import select_valid, sqnr_db
 
 
 @dataclass(frozen=True)

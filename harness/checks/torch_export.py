@@ -1,12 +1,12 @@
 """The export adapter (eager, QUANT) vs its torch.export program: tracing must not change the
 computation. The program is exported once per case and reused by the Circle and audit checks;
 on a rerun whose adapter executes exactly as before, its recorded output and facts are reused
-(harness/export_reuse.py)."""
+(harness/export/export_reuse.py)."""
 
 from dataclasses import dataclass
 
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
-from harness.compare import compare_close
+from harness.primitives.tensor_compare import compare_close
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 wraps it (seed 2's "no quantization wrapper for X" is this failing); the class is named."""
 
 from harness.checks.base import Check, CheckResult
-from harness.lifecycle_ops import unwrap
+from harness.primitives.lifecycle_ops import unwrap
 
 
 def run(pipeline) -> CheckResult:

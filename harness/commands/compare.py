@@ -15,6 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.records.results import atomic_write_text
+from harness.report import comparison_report, run_compare
+
 HELP = "compare two results.json (PR head vs base): verdict changes, then metric moves; exit 1 if worse"
 
 
@@ -57,8 +60,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from harness import comparison_report, run_compare
-    from harness.results import atomic_write_text
 
     try:
         args = parser().parse_args(argv)

@@ -29,6 +29,8 @@ import sys
 import time
 from typing import Any
 
+from harness.pipeline import unwrap
+
 HELP = "list the submodules of an HF model (tiny config, no download) that tico's prepare leaves unwrapped"
 
 _QWEN3_VL_GRID = (1, 8, 8)
@@ -239,8 +241,6 @@ def analyse(float_modules: dict[str, type], prepared: Any) -> dict[str, Any]:
     from tico.quantization.wrapq.wrappers.ptq_wrapper import PTQWrapper
     from tico.quantization.wrapq.wrappers.quant_module_base import QuantModuleBase
     from tico.quantization.wrapq.wrappers.registry import lookup
-
-    from harness.pipeline import unwrap
 
     top = unwrap(prepared)
     by_path: dict[str, str] = {}

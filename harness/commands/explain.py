@@ -1,11 +1,11 @@
 """``python -m harness explain <case> [--profile tiny] [--top N] [--max-sites N]``: why a case loses
-accuracy. Builds the case's pipeline, runs the leave-one-out attribution of harness/attribution.py
+accuracy. Builds the case's pipeline, runs the leave-one-out attribution of harness/diagnosis/site_attribution.py
 (one forward per fake-quant site) and prints the ranked sites with the case's SQNR as is, the
 isolated vs propagated error per wrapped submodule, and with ``--deployed`` the sites ranked by
-the Circle-vs-torch gap left with each one off (harness/deployed_attribution.py).
+the Circle-vs-torch gap left with each one off (harness/diagnosis/deployed_attribution.py).
 
 ``--off PATTERNS`` / ``--only PATTERNS`` (repeatable) print instead the SQNR with a group of sites
-switched off together, or with every site but the group off (harness/group_ablation.py): the
+switched off together, or with every site but the group off (harness/diagnosis/group_ablation.py): the
 losses two sites cause together, which leave-one-out reads as 0 dB for each."""
 
 from __future__ import annotations
@@ -13,6 +13,15 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+
+from harness.checks.attribution import CHECK
+from harness.diagnosis.deployed_attribution import deployed_attribution
+from harness.diagnosis.group_ablation import GroupError, ablate_groups, parse_group
+from harness.diagnosis.site_attribution import attribute, table_rows
+from harness.diagnosis.submodule_error import error_origin
+from harness.model.case_loading import add_configured_import_roots, load_cases
+from harness.model.sweep import SweepError, expand, group_label, make_variant, parse_selector
+from harness.pipeline import PipelineCache
 
 HELP = "rank a case's fake-quant sites by the SQNR gained with each one alone off"
 
@@ -38,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         "--deployed",
         action="store_true",
         help="also convert to Circle and rank the sites by the Circle-vs-torch gap left with each "
-        "one off (harness/deployed_attribution.py)",
+        "one off (harness/diagnosis/deployed_attribution.py)",
     )
     parser.add_argument(
         "--off",
@@ -62,12 +71,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from tabulate import tabulate
-
-    from harness.attribution import attribute, table_rows
-    from harness.catalog import add_configured_import_roots, load_cases
-    from harness.checks.attribution import CHECK
-    from harness.pipeline import PipelineCache
-    from harness.submodule_error import error_origin
 
     add_configured_import_roots()
     cases = {case.name: case for _, case in load_cases()}
@@ -96,7 +99,6 @@ def main(argv: list[str]) -> int:
     att = attribute(pipeline, max_sites=max_sites)
     limit = None if args.top == 0 else args.top
     headers = ["site", "gain dB", "scale", "zp", "range", "clipped %", "boundary"]
-    from harness.sweep import group_label
 
     print(
         f"{case.name} [{group_label(case, args.profile)}]  sample {att.sample!r}: SQNR as is {att.sqnr_db:.2f} "
@@ -166,9 +168,6 @@ def main(argv: list[str]) -> int:
 def _print_groups(case, args, pipeline) -> int:
     from tabulate import tabulate
 
-    from harness.group_ablation import GroupError, ablate_groups, parse_group
-    from harness.sweep import group_label
-
     rows = []
     try:
         for mode, texts in (("off", args.off), ("only", args.only)):
@@ -199,7 +198,6 @@ def _print_groups(case, args, pipeline) -> int:
 
 def _variant_of(case, selector: str, profile: str):
     """(the case as the sweep variant ``selector`` runs it, None) or (case, why not)."""
-    from harness.sweep import SweepError, expand, make_variant, parse_selector
 
     if case.sweep is None:
         return case, f"case {case.name!r} declares no sweep, so it has no variant {selector!r}"
@@ -213,7 +211,6 @@ def _variant_of(case, selector: str, profile: str):
 
 
 def _print_deployed(pipeline, limit, tabulate) -> None:
-    from harness.deployed_attribution import deployed_attribution
 
     print()
     if pipeline.case.export is None:

@@ -15,14 +15,18 @@ import sys
 import textwrap
 from pathlib import Path
 
+from harness.model import sweep
+from harness.model.case_loading import add_configured_import_roots, load_cases
+from harness.tico_facts.finding_status import render_lines, summarize
+from harness.tico_facts.findings_data import FindingsError, registry
+from harness.tico_facts.tico_identity import describe
+
 HELP = "tico's findings (findings/tico.toml) and their status in a run: open, fixed or new"
 
 
 def declared_expectations():
     """(case file, 'case[profile,variant]:check', check, Expected) for every collected case, every
     profile and every sweep variant the nightly runs."""
-    from harness import sweep
-    from harness.catalog import add_configured_import_roots, load_cases
 
     add_configured_import_roots()
     for path, case in load_cases():
@@ -43,7 +47,6 @@ def _declared_by() -> dict[str, list[str]]:
 
 
 def _print_registry() -> None:
-    from harness.findings import registry
 
     reg = registry()
     declared = _declared_by()
@@ -65,7 +68,6 @@ def _print_registry() -> None:
 
 
 def _print_one(fid: str) -> int:
-    from harness.findings import FindingsError, registry
 
     change = registry().api_changes.get(fid)
     if change is not None:
@@ -93,8 +95,6 @@ def _print_one(fid: str) -> int:
 
 
 def _print_run(doc: dict) -> int:
-    from harness.finding_status import render_lines, summarize
-    from harness.tico_identity import describe
 
     run = doc.get("run") or {}
     # Judged again from the item records: the findings data may have grown since the run.

@@ -5,7 +5,7 @@
         [--acknowledged acknowledged.toml] [--policy regression_policy.toml] [--fail-on-regression]
         [--summary-md FILE] [--nights 100]
 
-The store is harness/report/history.py, the judging harness/report/regression.py, the dashboard
+The store is harness/report/history_store.py, the judging harness/report/regression.py, the dashboard
 harness/report/dashboard.py, what an alert says harness/report/alerts.py.
 """
 
@@ -16,11 +16,11 @@ import json
 import sys
 from pathlib import Path
 
+from harness.records.results import atomic_write_text
 from harness.report import alerts
 from harness.report import policy as policy_mod
 from harness.report.dashboard import dashboard
-from harness.report.history import CHART_RUNS, HistoryError, append_run
-from harness.results import atomic_write_text
+from harness.report.history_store import CHART_RUNS, HistoryError, append_run
 
 HELP = "append results to the SQLite history; render the dashboard"
 

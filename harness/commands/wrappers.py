@@ -18,12 +18,13 @@ import sys
 import time
 from pathlib import Path
 
+from harness.commands import _coverage_measure as coverage_measure
+from harness.tico_facts import wrapper_coverage as wc
+
 HELP = "which registered tico wrappers the cases exercise (standalone / as a child / why none)"
 
 
 def main(argv: list[str]) -> int:
-    from harness import coverage_measure
-    from harness import wrapper_coverage as wc
 
     parser = argparse.ArgumentParser(prog="python -m harness wrappers", description=HELP)
     source = parser.add_mutually_exclusive_group()

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from harness.records.results import same_release
 from harness.report.reviewed_file import check_fields, entry_tables, read_document
-from harness.results import same_release
 
 DEFAULT_FILE = "acknowledged.toml"
 _FIELDS = {"case", "profile", "check", "metric", "run", "commit", "date", "reason", "link"}

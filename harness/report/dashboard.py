@@ -13,12 +13,12 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from harness import rerun
+from harness.records import rerun
+from harness.records.results import atomic_write_text
 from harness.report import alerts, svg
 from harness.report import policy as policy_mod
-from harness.report.history import CHART_RUNS, NOISE_FLOOR_REL, NOISE_RUNS, connect, testbed_label
+from harness.report.history_store import CHART_RUNS, NOISE_FLOOR_REL, NOISE_RUNS, connect, testbed_label
 from harness.report.regression import change_start, judge, series
-from harness.results import atomic_write_text
 
 
 def heat_level(entry: dict[str, Any]) -> float | None:

@@ -12,10 +12,11 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from harness import rerun
-from harness.headline import headline_columns, headline_values
+from harness.records import rerun
+from harness.records.results import atomic_write_text
 from harness.report import svg
-from harness.results import atomic_write_text
+from harness.report.headline import headline_columns, headline_values
+from harness.tico_facts.wrapper_coverage import aggregate, from_results
 
 # Worst first: a case's status is the worst outcome among its checks.
 STATUS_ORDER = ["crashed", "error", "failed", "not_run", "pending", "xfailed", "passed", "skipped"]
@@ -90,8 +91,7 @@ def _fragments(env: jinja2.Environment, checks: dict[str, Any]) -> dict[str, jin
 
 def wrapper_coverage_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Per profile and wrapper class: the cases that ran it standalone / as a child in QUANT
-    (the ``wrapper_coverage`` records of this run; harness.wrapper_coverage)."""
-    from harness.wrapper_coverage import aggregate, from_results
+    (the ``wrapper_coverage`` records of this run; harness.tico_facts.wrapper_coverage)."""
 
     profiles = sorted({rec.get("profile") for rec in doc.get("results", []) if rec.get("wrapper_coverage")} - {None})
     out = []

@@ -11,7 +11,7 @@ import sqlite3
 import statistics
 from typing import Any
 
-from harness.report.history import ABS_FLOOR, MAD_TO_SIGMA, MIN_NOISE_RUNS, NOISE_FLOOR_REL, NOISE_RUNS
+from harness.report.history_store import ABS_FLOOR, MAD_TO_SIGMA, MIN_NOISE_RUNS, NOISE_FLOOR_REL, NOISE_RUNS
 
 # -- judging ------------------------------------------------------------------------------------
 SeriesKey = tuple[str | None, str, str, str, str]  # (testbed, case, profile, check, metric)
