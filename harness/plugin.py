@@ -22,6 +22,7 @@ from harness.primitives.stage_engine import StageError
 from harness.records import rerun
 from harness.run import hookspecs
 from harness.run.collection import CaseFile
+from harness.run.coverage_run import TicoCoverageRun
 from harness.run.items import CAPABILITY_MARKERS, CheckItem, register_marker
 from harness.run.options import arg_paths, pytest_addoption, refuse_lost_project_config  # noqa: F401 - pytest hook
 from harness.run.run_sink import RunSink, note_group_done
@@ -85,6 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
     register_marker(config, "sweep", "every variant of a swept case (Case.sweep); sweep(axis=value) selects by value")
     for capability in CAPABILITY_MARKERS:
         register_marker(config, capability, f"every check of cases that declare a {capability} capability")
+    if config.getoption("wrapq_tico_coverage"):
+        config.pluginmanager.register(TicoCoverageRun(state), "wrapq-tico-coverage")
     config.pluginmanager.register(RunSink(state), "wrapq-run-sink")
 
 

@@ -57,6 +57,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "compare with the base run's tensors, and a failure the base run had the same way is pre-existing, not red",
     )
     group.addoption(
+        "--tico-coverage",
+        dest="wrapq_tico_coverage",
+        action="store_true",
+        default=False,
+        help="measure which of tico's lines and branches the run executes (branch coverage of the tico package, "
+        "every process): <report dir>/tico-coverage/, summarized in results.json and by "
+        "`python -m harness tico-coverage`",
+    )
+    group.addoption(
         "--wrapq-report-dir",
         dest="wrapq_report_dir",
         default=None,

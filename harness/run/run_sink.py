@@ -23,6 +23,7 @@ from harness.report.html import write_report
 from harness.report.summary import render_summary_table
 from harness.run.scheduling import write_durations
 from harness.run.session import SessionState
+from harness.tico_facts.branch_coverage import headline
 from harness.tico_facts.drift import describe_moves, label_record, read_pins, render_drift_table, version_moves
 from harness.tico_facts.finding_status import render_lines, summarize
 from harness.tico_facts.findings_data import recorded_here
@@ -125,6 +126,12 @@ class RunSink:
         if len(failing) > 8:
             terminalreporter.write_line(f"... {len(failing) - 8} more failing case(s): ./scripts/env.sh pytest --lf")
         self._write_findings(terminalreporter)
+        if self.state.tico_coverage is not None:
+            terminalreporter.section("wrapq tico coverage")
+            terminalreporter.write_line(headline(self.state.tico_coverage))
+            terminalreporter.write_line(
+                f"per file, class and uncovered branch: python -m harness tico-coverage {self.report_dir} --files"
+            )
         if self.drift_moves is not None:
             terminalreporter.section("wrapq drift")
             terminalreporter.write_line(render_drift_table(self.collector.records, self.drift_moves))
@@ -217,6 +224,10 @@ class RunSink:
             "baseline": self._baseline_summary(),
             **self._findings_summary(),
         }
+        if self.state.tico_coverage is not None:
+            extra["tico_coverage"] = {
+                key: self.state.tico_coverage[key] for key in ("scope", "totals", "scope_totals", "wall_seconds")
+            }
         if self.drift_moves is not None:
             for record in self.collector.records.values():
                 label_record(record, self.drift_moves)

@@ -54,6 +54,8 @@ class SessionState:
         self.rss_after_group: dict[str, float] = {}
         # (case node id, stage) -> the item whose report carries that stage failure's traceback
         self.stage_tracebacks_shown: dict[tuple[str, str], str] = {}
+        # --tico-coverage: the combined summary, set on the controller before results are written
+        self.tico_coverage: dict | None = None
         self._findings_strict: bool | None = None
         self.base_run: BaseRun | None = None
         if settings.base_results is not None:

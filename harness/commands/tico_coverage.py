@@ -1,0 +1,79 @@
+"""``python -m harness tico-coverage [REPORT_DIR ...] [--merge-into DIR] [--files] [--classes] [--uncovered N]
+[--base TICO]``: which of tico's lines and branches a ``--tico-coverage`` run (or its shards, merged) executed,
+and with ``--base`` the lines a change to tico touches that no case reaches."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tabulate import tabulate
+
+from harness.tico_facts import branch_coverage, tico_diff
+
+HELP = "tico's lines and branches a --tico-coverage run executed; --base TICO: diff coverage of a change"
+
+
+def _rows(entries: dict, prefix: str) -> list[list]:
+    rows = []
+    for name, entry in sorted(entries.items()):
+        if not name.startswith(prefix):
+            continue
+        branches = entry["branches"]
+        percent = f"{100.0 * entry['branches_covered'] / branches:.0f}%" if branches else "-"
+        rows.append([name[len(prefix) :], f"{entry['lines_covered']}/{entry['statements']}", percent, branches])
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness tico-coverage", description=HELP)
+    parser.add_argument(
+        "where", nargs="*", type=Path, default=[Path("reports")], help="report dir of the run (or of each shard)"
+    )
+    parser.add_argument(
+        "--merge-into", type=Path, default=None, metavar="DIR", help="combine the shards' measurements into DIR"
+    )
+    parser.add_argument("--files", action="store_true", help="per file of the wrappers")
+    parser.add_argument("--classes", action="store_true", help="per wrapper class")
+    parser.add_argument("--uncovered", type=int, default=0, metavar="N", help="list N uncovered branches")
+    parser.add_argument("--base", type=Path, default=None, help="the base tico (package dir, checkout or .whl)")
+    parser.add_argument("--limit", type=int, default=40, help="unreached changed lines to list (default 40)")
+    args = parser.parse_args(argv)
+    if len(args.where) > 1 and args.merge_into is None:
+        parser.error("several report directories (shards) need --merge-into DIR")
+    try:
+        if args.merge_into is not None:
+            summary = branch_coverage.merge(args.where, args.merge_into)
+        else:
+            summary = branch_coverage.load(args.where[0])
+    except FileNotFoundError as exc:
+        print(exc)
+        return 2
+    prefix = summary["scope"] + "/"
+    print(branch_coverage.headline(summary))
+    whole = summary["totals"]
+    print(f"all of tico: {whole['percent_lines']}% of lines, {whole['percent_branches']}% of branches")
+    if summary.get("wall_seconds"):
+        print(f"cost: the measured run took {summary['wall_seconds']:.0f} s (benchmarks/tico_coverage_cost.py: ratio)")
+    headers = ["", "lines", "branches run", "branches"]
+    if args.files:
+        print(tabulate(_rows(summary["files"], prefix), headers=["file", *headers[1:]]))
+    if args.classes:
+        print(tabulate(_rows(summary["classes"], prefix), headers=["class", *headers[1:]]))
+    if args.uncovered:
+        shown = 0
+        for name, entry in sorted(summary["files"].items()):
+            for start, end, condition in entry["uncovered_branches"] if name.startswith(prefix) else []:
+                if shown < args.uncovered:
+                    target = "exit" if end < 0 else end
+                    print(f"{name[len(prefix) :]}:{start} -> {target}  {condition[:80]}")
+                shown += 1
+        print(f"{shown} uncovered branch(es) in {summary['scope']}")
+    if args.base is not None:
+        try:
+            result = tico_diff.diff_coverage(summary, args.base)
+        except FileNotFoundError as exc:
+            print(exc)
+            return 2
+        print(tico_diff.render(result, args.limit))
+    return 0

@@ -1,0 +1,36 @@
+"""``--tico-coverage``: every process of the run measures which of tico's lines and branches it
+executes (harness/tico_facts/branch_coverage.py); the controller combines the measurements once the
+workers are done, before the run's results are written, so results.json and the report carry the
+summary and ``<report dir>/tico-coverage/`` holds coverage's pages for tico."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.run.session import SessionState
+from harness.tico_facts import branch_coverage
+
+DIR_NAME = "tico-coverage"
+
+
+class TicoCoverageRun:
+    def __init__(self, state: SessionState):
+        self.state = state
+        self.data_dir = state.report_dir / DIR_NAME
+        self.started = time.perf_counter()
+        if not state.is_worker:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            branch_coverage.clear(self.data_dir)
+        self.measurement = branch_coverage.Measurement(self.data_dir)
+        self.measurement.start()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """On a worker this runs inside xdist's own sessionfinish wrapper, before the worker reports
+        itself finished; on the controller, after every worker has."""
+        self.measurement.save()
+        if self.state.is_worker or session.config.option.collectonly:
+            return
+        self.state.tico_coverage = branch_coverage.combine(self.data_dir, time.perf_counter() - self.started)

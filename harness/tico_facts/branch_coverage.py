@@ -1,0 +1,170 @@
+"""Which lines and branches of tico the matrix executes (``--tico-coverage``).
+
+coverage.py measures branches in every process of the run (controller and xdist workers), restricted
+to the tico package by its directory: tico is found by path and never imported early (a dotted
+``--cov=tico`` imports it before the harness and tico registers its torch operators twice). Each
+process writes its own data file; the controller combines them and reads coverage's JSON report,
+which already breaks every file down per class. Files are named relative to the tico package, so a
+checkout, a wheel and an editable install of the same sources report the same names.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import linecache
+import shutil
+from pathlib import Path
+from typing import Any
+
+import coverage
+
+# The scope the percentages are quoted for: the wrappers users call.
+SCOPE = "quantization/wrapq/wrappers"
+DATA_NAME = ".coverage"
+SUMMARY_NAME = "tico-coverage.json"
+
+
+def tico_root() -> Path:
+    """The directory of the tico package the run imports, found without importing it."""
+    spec = importlib.util.find_spec("tico")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("tico is not importable: nothing to measure")
+    return Path(spec.origin).resolve().parent
+
+
+class Measurement:
+    """One process's measurement: started before any case runs, saved when the process's session ends."""
+
+    def __init__(self, data_dir: Path):
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.coverage = coverage.Coverage(
+            data_file=str(data_dir / DATA_NAME),
+            data_suffix=True,
+            branch=True,
+            source=[str(tico_root())],
+            config_file=False,
+        )
+
+    def start(self) -> None:
+        self.coverage.start()
+
+    def save(self) -> None:
+        self.coverage.stop()
+        self.coverage.save()
+
+
+def clear(data_dir: Path) -> None:
+    """Remove data files a previous run left, so a combination never counts another run's lines."""
+    for stale in data_dir.glob(f"{DATA_NAME}*"):
+        stale.unlink()
+
+
+def combine(data_dir: Path, wall_seconds: float | None = None) -> dict[str, Any]:
+    """Combine every process's data in ``data_dir``, write coverage's HTML pages for tico there, and
+    return (and write, as tico-coverage.json) the summary: per file and per class under tico."""
+    root = tico_root()
+    combined = coverage.Coverage(data_file=str(data_dir / DATA_NAME), branch=True, config_file=False)
+    combined.combine([str(data_dir)], strict=False)
+    combined.save()
+    include = [str(root / "*")]
+    report_path = data_dir / "coverage.json"
+    combined.json_report(outfile=str(report_path), include=include, ignore_errors=True)
+    combined.html_report(directory=str(data_dir / "html"), include=include, ignore_errors=True, title="tico coverage")
+    raw = json.loads(report_path.read_text())
+    summary = summarize(raw, root)
+    summary["wall_seconds"] = wall_seconds
+    (data_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=1, sort_keys=True))
+    return summary
+
+
+def _counts(summary: dict[str, Any]) -> dict[str, int]:
+    return {  # coverage leaves the branch counts out of a file that recorded no arc at all
+        "statements": summary.get("num_statements", 0),
+        "lines_covered": summary.get("covered_lines", 0),
+        "branches": summary.get("num_branches", 0),
+        "branches_covered": summary.get("covered_branches", 0),
+    }
+
+
+def _branch(path: Path, arc: list[int]) -> list[Any]:
+    """[from line, to line (negative: leaves the function), the condition's source line]."""
+    return [arc[0], arc[1], linecache.getline(str(path), arc[0]).strip()]
+
+
+def summarize(raw: dict[str, Any], root: Path) -> dict[str, Any]:
+    """coverage's JSON report, reduced to what the harness reports: counts, missing lines and
+    uncovered branches per file and per class, keyed by the path under the tico package."""
+    files: dict[str, Any] = {}
+    classes: dict[str, Any] = {}
+    for name, entry in raw["files"].items():
+        path = Path(name) if Path(name).is_absolute() else Path.cwd() / name
+        try:
+            relative = path.resolve().relative_to(root).as_posix()
+        except ValueError:
+            continue
+        files[relative] = {
+            **_counts(entry["summary"]),
+            "missing_lines": entry["missing_lines"],
+            "executed_lines": entry["executed_lines"],
+            "uncovered_branches": [_branch(path, arc) for arc in entry.get("missing_branches", [])],
+        }
+        for class_name, part in (entry.get("classes") or {}).items():
+            if class_name:
+                classes[f"{relative}::{class_name}"] = {
+                    **_counts(part["summary"]),
+                    "uncovered_branches": [_branch(path, arc) for arc in part.get("missing_branches", [])],
+                }
+    return {
+        "tico_root": str(root),
+        "scope": SCOPE,
+        "totals": totals(files),
+        "scope_totals": totals({k: v for k, v in files.items() if k.startswith(SCOPE + "/")}),
+        "files": files,
+        "classes": classes,
+    }
+
+
+def totals(files: dict[str, Any]) -> dict[str, Any]:
+    sums = {key: sum(f[key] for f in files.values()) for key in ("statements", "lines_covered", "branches")}
+    sums["branches_covered"] = sum(f["branches_covered"] for f in files.values())
+    sums["files"] = len(files)
+    sums["percent_lines"] = round(100.0 * sums["lines_covered"] / sums["statements"], 1) if sums["statements"] else None
+    sums["percent_branches"] = (
+        round(100.0 * sums["branches_covered"] / sums["branches"], 1) if sums["branches"] else None
+    )
+    return sums
+
+
+def merge(report_dirs: list[Path], data_dir: Path) -> dict[str, Any]:
+    """One summary for the shards of a run: each shard's combined data (``<report dir>/tico-coverage``)
+    combined again in ``data_dir``. The shards must have measured the same tico at the same path."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    clear(data_dir)
+    walls = []
+    for i, where in enumerate(report_dirs):
+        found = next((d for d in (where / "tico-coverage", where) if (d / DATA_NAME).is_file()), None)
+        if found is None:
+            raise FileNotFoundError(f"no {DATA_NAME} under {where}: was that run made with --tico-coverage?")
+        shutil.copyfile(found / DATA_NAME, data_dir / f"{DATA_NAME}.shard{i}")
+        if (found / SUMMARY_NAME).is_file():
+            walls.append(json.loads((found / SUMMARY_NAME).read_text()).get("wall_seconds") or 0.0)
+    return combine(data_dir, sum(walls) or None)
+
+
+def load(where: Path) -> dict[str, Any]:
+    """A run's summary, from its report directory, its tico-coverage directory or the JSON file."""
+    for candidate in (where, where / SUMMARY_NAME, where / "tico-coverage" / SUMMARY_NAME):
+        if candidate.is_file():
+            return json.loads(candidate.read_text())
+    raise FileNotFoundError(
+        f"no {SUMMARY_NAME} under {where}: run the matrix with --tico-coverage (it writes "
+        f"<report dir>/tico-coverage/{SUMMARY_NAME})"
+    )
+
+
+def headline(summary: dict[str, Any]) -> str:
+    scope = summary["scope_totals"]
+    lines = f"{scope['percent_lines']}% of lines ({scope['lines_covered']}/{scope['statements']})"
+    branches = f"{scope['percent_branches']}% of branches ({scope['branches_covered']}/{scope['branches']})"
+    return f"tico {summary['scope']}: {lines}, {branches} in {scope['files']} files"

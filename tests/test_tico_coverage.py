@@ -1,0 +1,116 @@
+"""--tico-coverage measures which of tico's lines and branches a run executes, in every xdist worker,
+combined by the controller; the tico-coverage command reports it, and diff coverage tells a change's
+lines the run reached from those no case reaches."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from harness.tico_facts import branch_coverage, tico_diff
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> Path:
+    """nn_linear's quant_accuracy items (the case and its PR sweep variants) on two xdist workers, measured."""
+    report = tmp_path_factory.mktemp("cov") / "reports"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "--tico-coverage",
+         "-k", "nn_linear and quant_accuracy", f"--wrapq-report-dir={report}"],
+        cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "wrapq tico coverage" in done.stdout
+    return report
+
+
+def test_the_run_measures_the_wrapper_it_ran_and_records_the_summary(measured):
+    summary = branch_coverage.load(measured)
+    linear = summary["files"]["quantization/wrapq/wrappers/nn/quant_linear.py"]
+    assert linear["lines_covered"] > 0 and linear["branches_covered"] > 0
+    assert "quantization/wrapq/wrappers/nn/quant_linear.py::QuantLinear" in summary["classes"]
+    # a wrapper no selected case builds is measured and reported as not run
+    conv3d = summary["files"]["quantization/wrapq/wrappers/nn/quant_conv3d.py"]
+    assert conv3d["branches"] > 0 and conv3d["branches_covered"] == 0 and conv3d["uncovered_branches"]
+    start, _, condition = conv3d["uncovered_branches"][0]
+    assert isinstance(start, int) and condition  # the condition's own source line
+    run = json.loads((measured / "results.json").read_text())["run"]
+    assert run["tico_coverage"]["scope_totals"] == summary["scope_totals"]
+    assert (measured / "tico-coverage" / "html" / "index.html").is_file()
+    assert 'href="tico-coverage/html/index.html"' in (measured / "report.html").read_text()
+    # no per-process data file is left behind: the controller combined them
+    assert not list((measured / "tico-coverage").glob(".coverage.*"))
+
+
+def test_the_command_reports_totals_classes_and_uncovered_branches(measured):
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "tico-coverage", str(measured), "--classes", "--uncovered", "3"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("tico quantization/wrapq/wrappers: ")
+    assert "nn/quant_linear.py::QuantLinear" in done.stdout
+    assert "uncovered branch(es) in quantization/wrapq/wrappers" in done.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "harness", "tico-coverage", str(measured / "nowhere")],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "--tico-coverage" in missing.stdout
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    package = root / "tico"
+    for name, text in {"__init__.py": "", "quantization/__init__.py": "", **files}.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    return package
+
+
+WRAPPER = "def forward(x, mode):\n    if mode == 'a':\n        return x + 1\n    return x - 1\n"
+
+
+def test_diff_coverage_separates_lines_the_run_reached_from_those_it_did_not(tmp_path):
+    base = _tree(tmp_path / "base", {"quantization/w.py": WRAPPER})
+    changed = WRAPPER.replace("x + 1", "x + 2").replace("x - 1", "x - 2")
+    head = _tree(tmp_path / "head", {"quantization/w.py": "# a comment moves every line\n" + changed})
+    summary = {
+        "tico_root": str(head),
+        "files": {"quantization/w.py": {"executed_lines": [2, 3, 4], "missing_lines": [5]}},
+    }
+    result = tico_diff.diff_coverage(summary, base.parent)
+    assert (result["touched"], result["ran"]) == (2, 1)
+    assert result["unreached"] == [["quantization/w.py", 5, "return x - 2"]]
+    assert "touches 2 executable line(s); the harness ran 1; 1 no case reaches" in tico_diff.render(result)
+
+
+def test_a_behaviour_neutral_change_touches_no_executable_line_and_a_wheel_is_a_base(tmp_path):
+    base = _tree(tmp_path / "base", {"quantization/w.py": WRAPPER})
+    head = _tree(tmp_path / "head", {"quantization/w.py": "# moved\n\n" + WRAPPER.replace("\n", "  # note\n", 1)})
+    wheel = tmp_path / "tico-0.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path in base.rglob("*.py"):
+            archive.write(path, path.relative_to(base.parent).as_posix())
+    summary = {
+        "tico_root": str(head),
+        "files": {"quantization/w.py": {"executed_lines": [3, 4, 5, 6], "missing_lines": []}},
+    }
+    result = tico_diff.diff_coverage(summary, wheel)
+    # the def line gained a trailing comment: changed text, same statement, which the run executed
+    assert result["unreached"] == [] and result["touched"] == result["ran"]
+    with pytest.raises(FileNotFoundError, match="holds no tico package"):
+        tico_diff.diff_coverage(summary, tmp_path)
+
+
+def test_shards_merge_into_one_summary_and_a_run_without_measurement_says_so(measured, tmp_path):
+    merged = branch_coverage.merge([measured, measured], tmp_path / "merged")
+    assert merged["scope_totals"] == branch_coverage.load(measured)["scope_totals"]  # the same lines, counted once
+    with pytest.raises(FileNotFoundError, match="made with --tico-coverage"):
+        branch_coverage.merge([measured, tmp_path / "plain"], tmp_path / "again")
