@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from harness import compat
+from harness.export import stages as export_stages
 from harness.export.cache_policy import circle_artifact, export_record
-from harness.export.stages import export_program, replay_circle
 from harness.model.case import Case
 from harness.model.case_parts import Built, Sample
 from harness.model.check_settings import resolve
@@ -275,7 +275,9 @@ class Pipeline(StageEngine):
         name = self.export_sample_name
         return self._stage(
             "torch_export",
-            lambda: export_program(self.export_adapter("quant", name), self.case.export.args(self.sample(name))),
+            lambda: export_stages.export_program(
+                self.export_adapter("quant", name), self.case.export.args(self.sample(name))
+            ),
         )
 
     @property
@@ -315,7 +317,7 @@ class Pipeline(StageEngine):
         sample = self.sample(self.export_sample_name)
 
         def compute() -> list[torch.Tensor]:
-            outputs = replay_circle(self.circle, self.case.export.args(sample), mode)
+            outputs = export_stages.replay_circle(self.circle, self.case.export.args(sample), mode)
             references = self.export_output_leaves("quant", self.export_sample_name)
             if len(outputs) != len(references):
                 raise ValueError(

@@ -138,7 +138,7 @@ def test_code_that_cannot_be_fingerprinted_refuses_the_cache(tmp_path, monkeypat
     passed, problems, status = _verdict(LINEAR, "qparam_audit", tmp_path)
     assert passed, problems  # the verdict is computed, only without the cache
     assert status.startswith("uncacheable: the conversion code cannot be fingerprinted"), status
-    assert "qparam_audit._is_float_tensor" in status
+    assert "missing_qparams._is_float_tensor" in status
 
 
 def _audit_failures(tmp_path: Path, cache: bool, plugin: bool) -> tuple[int, set[str]]:

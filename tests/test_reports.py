@@ -9,6 +9,7 @@ import sqlite3
 import pytest
 
 from harness.commands import history as history_command
+from harness.commands import merge as merge_command
 from harness.report import dashboard
 from harness.report import history_store as history
 from harness.report import shard_merge as merge
@@ -84,7 +85,7 @@ def test_merge_cli_writes_results_and_report(tmp_path):
     (tmp_path / "a.json").write_text(json.dumps(a))
     (tmp_path / "b.json").write_text(json.dumps(b))
     out = tmp_path / "merged" / "results.json"
-    code = merge.main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "-o", str(out)])
+    code = merge_command.main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "-o", str(out)])
     assert code == 1  # the fixture run has a failure; the merged exit status says so
     assert len(json.loads(out.read_text())["results"]) == len(whole["results"])
     assert (out.parent / "report.html").exists()

@@ -82,7 +82,7 @@ def test_readme_table_is_current():
     worker, modules other tests imported can register more float classes, so the count in the
     table's header would depend on test order.)"""
     code = (
-        "from harness import wrapper_coverage as wc\n"
+        "from harness.tico_facts import wrapper_coverage as wc\n"
         "table = wc.table(wc.load_snapshot()['cases'], wc.load_reasons(), wc.tico_wrappers()).strip()\n"
         "raise SystemExit(0 if wc.readme_table() == table else 1)\n"
     )

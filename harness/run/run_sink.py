@@ -23,10 +23,10 @@ from harness.report.html import write_report
 from harness.report.summary import render_summary_table
 from harness.run.scheduling import write_durations
 from harness.run.session import SessionState
+from harness.tico_facts import findings_data
 from harness.tico_facts.branch_coverage import headline
 from harness.tico_facts.drift import describe_moves, label_record, read_pins, render_drift_table, version_moves
 from harness.tico_facts.finding_status import render_lines, summarize
-from harness.tico_facts.findings_data import recorded_here
 from harness.tico_facts.tico_identity import describe, identity
 
 
@@ -173,7 +173,7 @@ class RunSink:
     def _write_findings(self, terminalreporter) -> None:
 
         summary = self._findings_summary()
-        if recorded_here():
+        if findings_data.recorded_here():
             mode = "strictly: the tico findings/tico.toml was recorded on"
         elif self.state.findings_strict:
             mode = "strictly (--strict-findings) on a tico other than the recorded one"

@@ -14,7 +14,7 @@ from harness.model.case import Case
 from harness.pipeline import PipelineCache
 from harness.run.options import DEFAULT_PROFILE, given_cases_dirs, report_dir, run_settings
 from harness.run.scheduling import ShardSpecError, load_durations, parse_shard
-from harness.tico_facts.findings_data import recorded_here
+from harness.tico_facts import findings_data
 
 _RUN_ID = pytest.StashKey[str]()
 
@@ -69,7 +69,9 @@ class SessionState:
         """Expectations are strict on the tico the findings were recorded for, or with --strict-findings;
         on any other tico a finding that no longer occurs is reported fixed (harness/tico_facts/findings_data.py)."""
         if self._findings_strict is None:
-            self._findings_strict = bool(self.config.getoption("wrapq_strict_findings")) or recorded_here()
+            self._findings_strict = (
+                bool(self.config.getoption("wrapq_strict_findings")) or findings_data.recorded_here()
+            )
         return self._findings_strict
 
     def wants(self, case: Case, profile: str) -> bool:
