@@ -263,10 +263,8 @@ def build_attention_npu(profile: str) -> Built:
     grid then reaches the wrapper through inject_gptq_qparams' fold multiplier."""
     built = llama.build_attention(profile)
     inputs = built.inputs
-    # The unrolled (npu_export) path fake-quantizes the new K/V (obs_new_k / obs_new_v) only when
-    # called with use_cache=True (llama/quant_attention.py:884-893 -> :672-673), and the prefill
-    # export adapter returns them: calibrated without it they keep scale 1e-8 and the exported
-    # K/V collapse (Circle 113 steps off). Calibrate and evaluate as the deployment runs.
+    # The npu_export path feeds obs_new_k / obs_new_v only with use_cache=True, and the export adapter returns
+    # them: calibrate and evaluate as the deployment runs (docs/case-measurements.md#llama_gptq_attention_prefill_npu)
     with_cache = lambda s: dataclasses.replace(_npu(s), kwargs={**s.kwargs, "use_cache": True})  # noqa: E731
     return Built(
         built.module,
@@ -349,10 +347,8 @@ CASES = [
             "obs_logits_raw": llama._KEY_FOLD,
         },
     ),
-    # Outlier gains of 20 make the layer's outputs and attention logits ~20x larger than the plain
-    # layer's: measured on tico 0.3.0 (native and ATEN_CPU_CAPABILITY=default alike) mean |diff| 0.659 /
-    # PEIR 0.168 (default), 0.473 / 0.110 (export) with SmoothQuant, and SQNR 12.85 / 18.46 dB for
-    # wrapq alone on the same layer (algorithm_gain reports the difference).
+    # Outlier gains make the layer's outputs and attention logits far larger than the plain layer's, so its
+    # accuracy limits are wider than the base's (docs/case-measurements.md#llama_smoothquant_decoder_layer_prefill)
     _derived(
         "llama_decoder_layer_prefill",
         "llama_smoothquant_decoder_layer_prefill",
@@ -388,9 +384,8 @@ CASES.append(
         _QWEN_BASE,
         name="qwen3_vl_gptq_for_conditional_generation",
         algorithm=QWEN3_VL_GPTQ,
-        # No golden: GPTQ's sequential rounding turns the float differences between kernel selections
-        # into different codes on the whole model; under ATEN_CPU_CAPABILITY=default the output moved
-        # 0.93 of its own quantization error from the native golden (limit 0.5). Its limits gate.
+        # No golden: GPTQ's sequential rounding turns kernel-selection float differences into different codes
+        # on the whole model; its limits gate (docs/case-measurements.md#qwen3_vl_gptq_for_conditional_generation)
         description=QWEN3_VL_GPTQ.description,
         profiles=(NIGHTLY,),
         golden_profiles=(),

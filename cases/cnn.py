@@ -103,8 +103,8 @@ def build_same_padding_conv2d(
 
 
 # tico.ops.SamePaddingConv2d lowers to circle_custom conv2d.padding (groups == 1) or
-# depthwise_conv2d.padding (groups == in_channels; ops/same_padding_conv2d.py:109-133), and its eager
-# path pads as Circle's SAME does, unevenly for even or dilated kernels (_same_padding_1d, :190-).
+# depthwise_conv2d.padding (groups == in_channels; SamePaddingConv2d._conv_forward), and its eager
+# path pads as Circle's SAME does, unevenly for even or dilated kernels (_same_padding_1d).
 SAME_PADDING_SWEEP = Sweep(
     axes={"kernel": (3, 2, 4), "stride": (2, 1), "dilation": (1, 2), "depthwise": (False, True)},
     why={
@@ -115,10 +115,8 @@ SAME_PADDING_SWEEP = Sweep(
     },
     pr="each",
     nightly="pairwise",
-    # A 2x2 kernel averages 4 taps (9 at the baseline), so the output has heavier tails: with 4 calibration samples
-    # the output observer clips 0.2-0.7% of the evaluation output and is the top attribution site (11.8-13.2 dB);
-    # SAME padding itself matches (noquant_parity, circle_replay). Limits: python -m harness limits on the three
-    # kernel=2 variants, native and ATEN_CPU_CAPABILITY=default kernels (identical), 2026-12-02, the worst of each.
+    # A 2x2 kernel's heavier output tails are clipped by the output observer (SAME padding itself matches):
+    # the kernel=2 variants get their own measured limits (docs/case-measurements.md#tico_same_padding_conv2d)
     overrides={
         "kernel=2": {
             "settings": {"quant_accuracy": {"max_peir": 0.18, "max_mean_abs_diff": 0.0086, "min_sqnr_db": 26.4}}
@@ -135,9 +133,8 @@ def build_quant_stub(profile: str) -> Built:
 
 _CNN = dict(family="cnn", profiles=("tiny",), seed=123, export=whole_module_export())
 
-# Limits: measured 2026-12-02 on clean tico 0.3.0 under native, avx2 and scalar
-# (ATEN_CPU_CAPABILITY=default) kernels; 1.25x the worst (SQNR 1.5 dB under it), Circle steps
-# at the one-step floor of rounding arithmetic (every case measured 0 or 1 step).
+# Limits: the worst over three kernel selections with margin; Circle steps at the one-step floor of rounding
+# arithmetic (docs/case-measurements.md#cnn-cases)
 _LIMITS = {
     "act_elu": {"max_peir": 0.0074, "max_mean_abs_diff": 0.02, "min_sqnr_db": 39.1},
     "act_relu": {"max_peir": 0.0087, "max_mean_abs_diff": 0.013, "min_sqnr_db": 40.1},

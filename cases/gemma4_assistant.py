@@ -344,11 +344,8 @@ CASES = [
         min_versions=ASSISTANT_MIN_VERSIONS,
         ptq_config=_core_ptq_config,
         expected_wrapper="QuantGemma4AssistantForCausalLM",
-        # Measured on tico 0.3.0 vs HF: default mean 0.00834 / max 0.0194 / PEIR 0.0406; padded
-        # mean 0.00147 / max 0.00616 / PEIR 0.0164. Circle replay == aligned torch QUANT (0 steps, output,
-        # K and V) under native (AVX-512), avx2 and scalar kernels (2026-12-02). The 4 / 7 / 5 int16 steps
-        # the scalar kernels used to move torch by came from torch's GEMM; the aligned copy now computes
-        # FULLY_CONNECTED as Circle's kernel does (docs/diagnosis.md), so the limit is the one-flip floor.
+        # Limits: the measured figures with margin; the aligned copy computes FULLY_CONNECTED as Circle does,
+        # so circle_replay is the one-flip floor (docs/case-measurements.md#gemma4_assistant_core)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.011, "max_abs_diff": 0.026, "max_peir": 0.055},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -386,9 +383,8 @@ CASES = [
         requires=ASSISTANT_REQUIRES,
         min_versions=ASSISTANT_MIN_VERSIONS,
         expected_wrapper="QuantGemma4AssistantMaskedEmbedder",
-        # Measured on tico 0.3.0: exactly HF (0 on both samples). Only the centroid projection is
-        # quantized; it still picks HF's top-2 centroids, and the selected logits are float
-        # hidden @ the given LM-head rows. Any selection flip would show as a large jump.
+        # Only the centroid projection is quantized and the selected logits are float, so the output is HF's:
+        # any selection flip would show as a large jump (docs/case-measurements.md#gemma4_assistant_sparse_head)
         settings={"quant_accuracy": {"max_mean_abs_diff": 1e-6, "max_abs_diff": 1e-6, "max_peir": 1e-6}},
         not_applicable={
             check: _HOST_ONLY

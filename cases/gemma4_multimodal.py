@@ -72,7 +72,8 @@ MULTIMODAL_EMBEDDER = Case(
     build=build_multimodal_embedder,
     profiles=E2B_PROFILES,
     expected_wrapper="QuantGemma4MultimodalEmbedder",
-    # Measured: mean 0.0067, max 0.297, PEIR 0.075, SQNR 34.0 dB; Circle replay exact (0 steps).
+    # Limits: the measured figures with margin; Circle replay exact
+    # (docs/case-measurements.md#gemma4_multimodal_embedder)
     settings={
         "quant_accuracy": {"max_mean_abs_diff": 0.009, "max_abs_diff": 0.4, "max_peir": 0.1, "min_sqnr_db": 30.0},
         "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -357,23 +358,8 @@ MODEL_CASES = [
         build=lambda profile: build_model(profile, head=False),
         expected_wrapper="QuantGemma4Model",
         ptq_config=model_ptq_config(num_vision_layers=1),
-        # Measured (last hidden state): image prompt mean 0.0432, max 0.703, PEIR 0.125, SQNR 20.9 dB;
-        # TICO's text prompt mean 0.0063 / PEIR 0.028; padded mean 0.0013. Circle replay (FAKE_QUANTIZE)
-        # vs torch QUANT as exported: max 5.0 / mean 0.45 steps (AVX512), 5.0 / 0.81 (avx2). Diagnosed (#16),
-        # by tracing the runtime's per-tensor values against torch's fake-quant outputs: (1) Circle's
-        # RMS_NORM computes in float64 with a division (circle/runtime/kernels/nn.py:628-632), tico's
-        # circle_custom::rms_norm in float32 with rsqrt (utils/register_custom_op.py:1078-1082); (2) Circle's
-        # FULLY_CONNECTED is numpy's float32 matmul (nn.py:428-429), torch's linear its own GEMM: the first
-        # level flip is at q_proj's output (1 of 1024 elements), and one flip upstream moves many output
-        # elements downstream; (3) the weights are per-tensor int16 here, quantized once by tico at conversion
-        # with torch's arithmetic, so the aligned copy must not give them the runtime's rounding (it did:
-        # o_proj's weight one level off, mean 0.12 of the 3 steps). With all three in the aligned copy:
-        # 0 / 0 steps (native and ATEN_CPU_CAPABILITY=default), so the limits are the one-flip floor.
-        # QUANT dynamic vs export adapter: max 0.060 (image), 0.0058 (padded), 0.0027 (text). The
-        # exported graph starts at the fused embeddings and takes masks and RoPE as inputs, which the
-        # CPU runtime prepares; the dynamic path fake-quantizes those stages itself (token embedding,
-        # image soft tokens, mm_fusion, the text model's inputs_embeds / mask / cos / sin observers),
-        # so the two agree to that quantization noise, not exactly.
+        # circle_replay: the one-flip floor, Circle's kernels modelled in the aligned copy; dynamic_vs_export: the
+        # dynamic path fake-quantizes stages the exported graph takes as inputs (docs/case-measurements.md#gemma4_model)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.06, "max_abs_diff": 0.95, "max_peir": 0.17, "min_sqnr_db": 17.0},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -400,8 +386,8 @@ MODEL_CASES = [
         build=lambda profile: build_model(profile, head=True),
         expected_wrapper="QuantGemma4ForConditionalGeneration",
         ptq_config=model_ptq_config(num_vision_layers=1),
-        # Measured (softcapped logits): image prompt mean 0.00083, max 0.0115, PEIR 0.0098, SQNR 41.1 dB;
-        # text prompt mean 3.6e-5; padded mean 1.1e-4.
+        # Limits: the image prompt's measured figures with margin
+        # (docs/case-measurements.md#gemma4_for_conditional_generation)
         settings={
             "quant_accuracy": {
                 "max_mean_abs_diff": 0.0012,
@@ -422,7 +408,7 @@ MODEL_CASES = [
         build=build_causal_lm,
         expected_wrapper="QuantGemma4ForCausalLM",
         ptq_config=model_ptq_config(num_vision_layers=0),
-        # Measured (softcapped logits): mean 0.00055, max 0.0249, PEIR 0.021, SQNR 39.2 dB; padded mean 1.1e-4.
+        # Limits: the measured figures with margin (docs/case-measurements.md#gemma4_for_causal_lm)
         settings={
             "quant_accuracy": {
                 "max_mean_abs_diff": 0.0008,

@@ -378,15 +378,8 @@ _PLE_AXIS = dict(
     nightly="all",
 )
 _PLE_SWEEP = Sweep(**_PLE_AXIS)
-# The decode layer with PLE on loses more than without (tiny, 2026-12-03: SQNR 10.16 dB against 17.4), and
-# the cause is its calibration, not the wrapper. TICO's decode smoke calibrates on 3 single-token steps, so
-# the PLE product act(gate(h)) * per_layer_input gets its range from 48 values: obs_per_layer_mul and
-# per_layer_projection's input observer, which quantize that same tensor, hold -2.16..0.86. The evaluation
-# token reaches 2.56, so 1 of its 16 values is clipped, and post_per_layer_input_norm rescales what is left.
-# With those two fake-quants off the variant is at 21.3 dB (tests/test_sweep_findings.py reproduces this).
-# Switching off any one site alone recovers at most 0.28 dB, because the other observer still clips, so
-# explain's per-site gains stay small. The limits below are python -m harness limits over native and
-# ATEN_CPU_CAPABILITY=default runs of the variant (identical: SQNR 10.16, PEIR 0.200 on partial_cache).
+# With PLE on, the decode layer's short calibration clips the PLE product (its calibration, not the wrapper):
+# the variant's own measured limits (docs/case-measurements.md#gemma4_text_decoder_layer_decode)
 _PLE_DECODE_SWEEP = Sweep(
     **_PLE_AXIS,
     overrides={
@@ -408,7 +401,8 @@ DECODER_LAYERS = [
         description="full-attention Gemma4TextDecoderLayer (layer 1 of sliding/full), causal prefill",
         build=functools.partial(build_decoder_layer, layer_types=("sliding_attention", "full_attention"), layer_idx=1),
         sweep=_PLE_SWEEP,
-        # Measured on tico 0.3.0: mean 0.0721, max 0.679, PEIR 0.0648, SQNR 24.2 dB; Circle replay exact.
+        # Limits: the measured figures with margin; Circle replay exact
+        # (docs/case-measurements.md#gemma4_text_decoder_layer_prefill)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_abs_diff": 1.0, "max_peir": 0.09, "min_sqnr_db": 20.0},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -429,9 +423,8 @@ DECODER_LAYERS = [
             layer_idx=0,
             sliding_window=SLIDING_WINDOW,
         ),
-        # Measured on tico 0.3.0: mean 0.0616, max 0.435, PEIR 0.0454, SQNR 25.8 dB; Circle replay of the
-        # hidden output exact, of the returned K max 4 / mean 0.01 of its steps as exported (V exact); against
-        # torch aligned to the rotate-half qparams tico replaces (qparam_consistency) K max 0 steps.
+        # Limits: the measured figures with margin; Circle differs only by the rotate-half qparams tico replaces
+        # (docs/case-measurements.md#gemma4_text_decoder_layer_sliding_prefill)
         settings={
             "quant_accuracy": {
                 "max_mean_abs_diff": 0.085,
@@ -457,13 +450,8 @@ DECODER_LAYERS = [
         description="Gemma4TextDecoderLayer single-token decode over a 7-token past (HF: DynamicCache)",
         build=build_decoder_layer_decode,
         sweep=_PLE_DECODE_SWEEP,
-        # Measured on tico 0.3.0: mean 0.186, max 0.571, PEIR 0.0764, SQNR 17.4 dB (calibrated on
-        # TICO's 3 single-token steps); Circle replay vs torch QUANT: max 3 / mean 0.98 output steps.
-        # Aligned to Circle's qparams it stayed 3 steps: one element of the sin input is its calibrated
-        # minimum, exactly -127.5 steps from the zero point; Circle rounds x / scale half away from zero
-        # (circle/runtime/quantization.py: quantize_array), torch's fake-quant rounds x * (1 / scale),
-        # which is -127.49999, to the other level, and the layer amplifies that one flip to 3 output
-        # steps. With Circle's rounding in the aligned copy: 0 / 0 steps, so the limits are the floor.
+        # Limits: the measured figures with margin; with Circle's rounding in the aligned copy circle_replay is
+        # the one-flip floor (docs/case-measurements.md#gemma4_text_decoder_layer_decode)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.25, "max_abs_diff": 0.8, "max_peir": 0.1, "min_sqnr_db": 14.0},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -483,7 +471,8 @@ DECODER_LAYERS = [
         name="gemma4_text_decoder_layer_shared_kv",
         description="shared-KV consumer Gemma4TextDecoderLayer fed its producer layer's output and K/V",
         build=build_decoder_layer_shared_kv,
-        # Measured on tico 0.3.0: mean 0.0552, max 0.711, PEIR 0.0613, SQNR 28.5 dB; Circle replay exact.
+        # Limits: the measured figures with margin; Circle replay exact
+        # (docs/case-measurements.md#gemma4_text_decoder_layer_shared_kv)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.08, "max_abs_diff": 1.0, "max_peir": 0.085, "min_sqnr_db": 24.0},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -517,7 +506,8 @@ EMBEDDING = Case(
     description="Gemma4TextScaledWordEmbedding -> QuantGemma4TextScaledWordEmbedding",
     build=build_scaled_word_embedding,
     expected_wrapper="QuantGemma4TextScaledWordEmbedding",
-    # Measured on tico 0.3.0: mean 0.00109, max 0.00304, PEIR 0.00383, SQNR 39.2 dB; Circle replay exact.
+    # Limits: the measured figures with margin; Circle replay exact
+    # (docs/case-measurements.md#gemma4_text_scaled_word_embedding)
     settings={
         "quant_accuracy": {"max_mean_abs_diff": 0.0015, "max_abs_diff": 0.0045, "max_peir": 0.005, "min_sqnr_db": 35.0},
         "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -647,7 +637,8 @@ _TEXT_MODEL_EXPORT = ExportCapability(
     args=lambda s: (s.kwargs["input_ids"], _text_model_export_masks(s.kwargs["attention_mask"])),
     samples=("default", "padded"),
     refuses_calib=False,
-    # masks one key shorter than the sequence: "Explicit mask is shorter than the KV span" (quant_text_model.py:411)
+    # masks one key shorter than the sequence: "Explicit mask is shorter than the KV span"
+    # (QuantGemma4TextModel._normalize_explicit_mask_shape)
     contradicting_args=lambda s, built: (
         s.kwargs["input_ids"],
         _text_model_export_masks(s.kwargs["attention_mask"], k_len=SEQ - 1),
@@ -662,14 +653,8 @@ TEXT_MODEL = Case(
     build=build_text_model,
     ptq_config=_reference_eval_config,
     expected_wrapper="QuantGemma4TextModel",
-    # Measured on tico 0.3.0: default mean 0.0707, max 0.413, PEIR 0.0644, SQNR 20.8 dB; padded
-    # (2 x 8 tokens) mean 0.114, max 1.41, PEIR 0.244, SQNR 14.3 dB. The padded sample's larger
-    # error is token coverage, not padding: its valid tokens differ from HF exactly as much with
-    # an all-ones mask (TICO calibrates on 3 x 8 random ids of a 256-token vocabulary, so most
-    # embedding rows are outside the calibrated ranges).
-    # Exported under the wrapper's export-mode contract (TextModelStaticCall): dynamic forward vs that
-    # call and eager vs torch.export program measured exact (max 0.0) in NO_QUANT and QUANT on both
-    # samples, native and ATEN_CPU_CAPABILITY=default; the default export_atol 1e-5 / exact torch_export gate.
+    # Limits cover the padded sample, whose larger error is token coverage, not padding; the export checks keep
+    # their default gates, measured exact (docs/case-measurements.md#gemma4_text_model)
     settings={
         "quant_accuracy": {"max_mean_abs_diff": 0.15, "max_abs_diff": 1.8, "max_peir": 0.32, "min_sqnr_db": 12.0},
     },

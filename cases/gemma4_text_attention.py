@@ -293,10 +293,10 @@ _DECODE_MASK_CALIB = _fill_lost_in_quant("mask-fill-clamped-by-observer", probes
 _SLIDING = {"mask_fill": _fill_not_applied(), "mask_quant": _fill_lost_in_quant("gemma4-sliding-window-ignored")}
 _TWO_FULL = ("full_attention", "full_attention")
 
-# Limits: measured on tico 0.3.0 / transformers 5.22.2 (tiny profile) in the comments,
-# limits ~30-50% above them. Circle replay is FAKE_QUANTIZE vs torch QUANT, in output steps.
+# Limits: each case's measured figures on the tiny profile with margin
+# (docs/case-measurements.md#gemma4_text_attention-cases)
 CASES = [
-    # mean 0.0171, max 0.149, PEIR 0.050, SQNR 25.2 dB; Circle max 0 / mean 0 steps.
+    # measured figures with margin (docs/case-measurements.md#gemma4_text_attention_prefill)
     _case(
         "gemma4_text_attention_prefill",
         "prefill",
@@ -307,9 +307,8 @@ CASES = [
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
     ),
-    # mean 0.0876, max 1.022, PEIR 0.296, SQNR 10.3 dB; Circle max 1 / mean 0.047 steps; returned K / V:
-    # max 0.9 / 0.81, mean 0.33 / 0.35 of their steps as exported; against torch aligned to the qparams
-    # tico replaces (qparam_consistency) output, K and V max 0 steps.
+    # measured figures with margin; Circle differs only by the qparams tico replaces
+    # (docs/case-measurements.md#gemma4_text_attention_decode)
     _case(
         "gemma4_text_attention_decode",
         "decode",
@@ -321,7 +320,7 @@ CASES = [
         },
         expected_failures={"mask_quant": _DECODE_MASK_CALIB},
     ),
-    # mean 0.0201, max 0.186, PEIR 0.062, SQNR 24.3 dB; Circle max 0 / mean 0 steps.
+    # measured figures with margin (docs/case-measurements.md#gemma4_text_attention_sliding_prefill)
     _case(
         "gemma4_text_attention_sliding_prefill",
         "prefill",
@@ -333,8 +332,8 @@ CASES = [
         },
         expected_failures=_SLIDING,
     ),
-    # mean 0.0968, max 0.331, PEIR 0.162, SQNR 10.8 dB; Circle max 2 / mean 0.469 steps as exported;
-    # against torch aligned to the qparams tico replaces (qparam_consistency) max 0 (K: 1) steps.
+    # measured figures with margin; Circle differs only by the qparams tico replaces
+    # (docs/case-measurements.md#gemma4_text_attention_sliding_decode)
     _case(
         "gemma4_text_attention_sliding_decode",
         "decode",
@@ -346,7 +345,7 @@ CASES = [
         },
         expected_failures=_SLIDING,
     ),
-    # mean 0.0290, max 0.113, PEIR 0.041, SQNR 23.1 dB; Circle max 0 / mean 0 steps.
+    # measured figures with margin (docs/case-measurements.md#gemma4_text_attention_k_eq_v_prefill)
     _case(
         "gemma4_text_attention_k_eq_v_prefill",
         "prefill",
@@ -359,7 +358,7 @@ CASES = [
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
     ),
-    # mean 0.0181, max 0.143, PEIR 0.052, SQNR 25.3 dB; Circle max 0 / mean 0 steps.
+    # measured figures with margin (docs/case-measurements.md#gemma4_text_attention_shared_kv_prefill)
     _case(
         "gemma4_text_attention_shared_kv_prefill",
         "prefill",
@@ -371,7 +370,7 @@ CASES = [
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
         },
     ),
-    # mean 0.0112, max 0.412, PEIR 0.147, SQNR 20.6 dB; Circle max 0 / mean 0 steps.
+    # measured figures with margin (docs/case-measurements.md#gemma4_text_attention_shared_kv_decode)
     _case(
         "gemma4_text_attention_shared_kv_decode",
         "decode",

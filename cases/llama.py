@@ -350,9 +350,8 @@ ATTENTION_SWEEP = Sweep(
     ),
     nightly="pairwise",
     overrides={
-        # Limits measured on the variants (native and ATEN_CPU_CAPABILITY=default kernels, 2026-12-02,
-        # python -m harness limits --profile 'tiny,<variant>'): with 2 K/V heads the output observer, calibrated
-        # on 3 samples, clips about 1% of the evaluation output (attribution: the output boundary is the top site).
+        # With 2 K/V heads the output observer clips part of the evaluation output: the variants' own measured
+        # limits (docs/case-measurements.md#llama_attention_prefill)
         "kv_heads=2": {"settings": {"quant_accuracy": {"max_peir": 0.26}}},
         "heads=4": {"settings": {"quant_accuracy": {"max_peir": 0.28}}},
         "heads=4,kv_heads=2": {"settings": {"quant_accuracy": {"max_peir": 0.33}}},
@@ -422,13 +421,8 @@ CASES = [
         ptq_config=_reference_eval_config,
         expected_wrapper="QuantLlamaAttention",
         reference_call=_hf_with_4d_mask,
-        # Circle replay vs torch QUANT as exported: max 3 output steps on tico 0.3.0; the K the adapter
-        # also returns differs by max 19 / mean 0.21 of its steps (V exact). Aligned to the quantization
-        # Circle holds (qparam_consistency) it was output 3 / K 5 steps; the rest was Circle's NEG in the
-        # rotate-half (-x2, llama/quant_attention.py:251): torch applies no fake-quant there, Circle
-        # requantizes it to the qparams PropagateQParamBackward copied from the concatenation
-        # (propagate_qparam_backward.py:73-81), clamping K's negated half. With that modelled in the
-        # aligned copy: 0 / 0 steps, so the limits are the one-flip floor.
+        # With the rotate-half NEG Circle requantizes modelled in the aligned copy, circle_replay is the one-flip
+        # floor (docs/case-measurements.md#llama_attention_prefill)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.2},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1, "extra_max_steps": 1.0, "extra_mean_steps": 0.1},
@@ -456,13 +450,8 @@ CASES = [
         ptq_config=_reference_eval_config,
         expected_wrapper="QuantLlamaAttention",
         reference_call=_hf_decode,
-        # Measured on tico 0.3.0: mean 0.102 / PEIR 0.29 vs HF; Circle replay as exported max 5 / mean
-        # 1.44 steps, on the returned new K / V max 8.9 / 17.2, mean 1.35 / 2.38 of their steps. Aligned
-        # to the quantization Circle holds (qparam_consistency) it was output 1 / 0.44, K 8.9 / 1.2: the
-        # rotate-half NEG Circle requantizes (see the prefill case), and obs_new_k, which re-applies
-        # obs_k_rot's qparams (llama/quant_attention.py:946) so FoldQuantOps drops it, yet in the aligned
-        # copy it re-clamped k_rot once obs_k_rot held the present K's qparams. With both modelled: 0 / 0
-        # steps on every output, so the limits are the one-flip floor.
+        # With the rotate-half NEG and obs_new_k's folded re-quantization modelled in the aligned copy,
+        # circle_replay is the one-flip floor on every output (docs/case-measurements.md#llama_attention_decode)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.15, "max_peir": 0.4},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1, "extra_max_steps": 1.0, "extra_mean_steps": 0.1},
@@ -488,11 +477,8 @@ CASES = [
         ptq_config=_reference_eval_config,
         expected_wrapper="QuantLlamaDecoderLayer",
         reference_call=_hf_with_4d_mask,
-        # Circle replay vs torch QUANT: the aligned copy was 2 / mean 0.34 steps; the residual stream is quantized in
-        # Circle where torch adds it in float: the layer input on entry (circle/runtime/executor.py:236-237) and the
-        # attention residual sum, which FoldQuantOps gives post_attention_layernorm's input qparams
-        # (fold_quant_ops.py:206-213; no fake-quant of its own, llama/quant_decoder_layer.py:359). With both in the
-        # aligned copy: 0 / 0 steps, so the limits are the one-flip floor.
+        # With the residual stream Circle quantizes (torch adds it in float) modelled in the aligned copy,
+        # circle_replay is the one-flip floor (docs/case-measurements.md#llama_decoder_layer_prefill)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.1},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -689,16 +675,8 @@ CASES.append(
         requires=LLAMA_REQUIRES,
         expected_wrapper="QuantLlamaDecoderLayer",
         reference_call=_hf_layer_decode,
-        # Measured on tico 0.3.0 vs HF: default mean 0.0245 / max 0.0546 / PEIR 0.0166; full_cache
-        # mean 0.0628 / max 0.654 / PEIR 0.136. The new K / V the adapter returns differ from torch as
-        # exported by max 26.6 / 25.2 steps, all of it the qparams tico replaces on the new K/V and the
-        # rotate-half halves (qparam_consistency): against torch aligned to them max 0 / 0 steps. The
-        # output stayed 1 / mean 0.375 steps (6 of 16 elements one level apart; the limit was 1.5):
-        # the residual stream is quantized in Circle where torch adds it in float -- the layer input on
-        # entry (circle/runtime/executor.py:236-237) and the attention residual sum, which FoldQuantOps
-        # gives post_attention_layernorm's input qparams (fold_quant_ops.py:206-213; it has no fake-quant
-        # of its own, llama/quant_decoder_layer.py:359). With both in the aligned copy: 0 / 0 steps, so
-        # the limits are the one-flip floor.
+        # Limits: the full_cache sample's measured figures with margin; with Circle's quantized residual stream in
+        # the aligned copy, circle_replay is the one-flip floor (docs/case-measurements.md#llama_decoder_layer_decode)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.085, "max_abs_diff": 0.85, "max_peir": 0.18},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},

@@ -326,9 +326,8 @@ _NO_CACHE = "the model case runs prefill without a cache (use_cache=False): past
 # layer 0 (first), 15 (middle), 29 (last)
 CASES = [
     _derived("llama_mlp", 15, build_mlp),
-    # weight-only 8-bit: layer 27's gate_proj rows spread widest in the checkpoint (largest row
-    # range 17x the median row's; 1.3x for iid weights of that shape), so the weights' own
-    # quantization is what this case measures (tests/test_real_weights.py seeds a weight defect)
+    # weight-only 8-bit on the layer whose gate_proj rows spread widest in the checkpoint, so the weights' own
+    # quantization is what this case measures (docs/case-measurements.md#llama_mlp_w8a16_real_l27)
     dataclasses.replace(
         _derived("llama_mlp", 27, build_mlp),
         name="llama_mlp_w8a16_real_l27",

@@ -45,9 +45,9 @@ def linear_policy(profile: str, policy: str = "uint8"):
 
 
 # QuantLinear (nn/quant_linear.py) takes its observers' dtype and qscheme from the PTQConfig with
-# the precedence of QuantModuleBase._make_obs (quant_module_base.py:163-213): an explicit override,
-# then the wrapper's default (per-channel weight, :40-42), then the role's spec; the bias is added
-# in float (F.linear, :61) and tico's QuantizeBias pass quantizes it at conversion.
+# the precedence of QuantModuleBase._make_obs: an explicit override, then the wrapper's default
+# (per-channel weight, QuantLinear.__init__), then the role's spec; the bias is added in float
+# (F.linear in QuantLinear.forward) and tico's QuantizeBias pass quantizes it at conversion.
 LINEAR_SWEEP = Sweep(
     axes={"policy": ("uint8", "int16", "per_tensor_weight", "act_out_int16"), "bias": (False, True)},
     why={
@@ -151,9 +151,8 @@ CASES = [
         sweep=LINEAR_SWEEP,
         **_LEAF,
     ),
-    # Circle replay of the decomposed Conv3d differs from torch QUANT as exported by up to 4 steps (the
-    # per-slice qparams tico replaces, qparam_consistency); from torch aligned to them by 0 steps under
-    # native, avx2 and scalar kernels (2026-12-02): the limit is the one-flip floor.
+    # Circle differs only by the per-slice qparams tico replaces (qparam_consistency): circle_replay is the
+    # one-flip floor (docs/case-measurements.md#nn_conv3d)
     Case(
         name="nn_conv3d",
         build=build_conv3d,

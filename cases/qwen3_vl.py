@@ -118,8 +118,8 @@ VISION_MODEL = Case(
     },
     requires=QWEN3_VL_REQUIRES,
     output=pooled_output,
-    # Measured on the pinned stack at grid (2,4,6): mean 0.0014, max 0.020, PEIR 0.056, SQNR 29.5 dB.
-    # Circle replay matches torch QUANT exactly on tico 0.3.0.
+    # Limits: the measured figures at the deployment grid with margin; Circle replay exact
+    # (docs/case-measurements.md#qwen3_vl_vision_model)
     settings={
         "quant_accuracy": {"max_mean_abs_diff": 0.005, "max_abs_diff": 0.04, "max_peir": 0.09, "min_sqnr_db": 25.0},
         "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},

@@ -566,10 +566,8 @@ CASES = [
         profiles=_TEXT_PROFILES,
         expected_wrapper="QuantQwen3VLTextAttention",
         export=_attention_export("prefill", lambda s: (s.args[0], s.args[1], s.kwargs["attention_mask"])),
-        # Measured on tico 0.3.0 (tiny): mean 0.0154, max 0.113, PEIR 0.081, SQNR 19.0 dB;
-        # Circle replay vs torch QUANT as exported: max 11 / mean 0.47 output steps, all of it the
-        # rotate-half qparams tico replaces (qparam_consistency): against torch aligned to Circle's
-        # qparams max 0 / mean 0, so the limits are the runtime's rounding, not the gap.
+        # Circle differs only by the rotate-half qparams tico replaces: circle_replay gates the runtime's rounding,
+        # not the gap (docs/case-measurements.md#qwen3_vl_text_attention_prefill)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.02, "max_abs_diff": 0.15, "max_peir": 0.11, "min_sqnr_db": 16.0},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -590,9 +588,8 @@ CASES = [
         profiles=_TEXT_PROFILES,
         expected_wrapper="QuantQwen3VLTextAttention",
         reference_call=_hf_attention_decode,
-        # Measured (tiny): mean 0.0618, max 0.190, PEIR 0.087, SQNR 16.0 dB; Circle replay of the output
-        # exact, of the returned K / V max 0.53 / 3.58, mean 0.26 / 0.31 of their steps as exported; against
-        # torch aligned to the qparams tico replaces (qparam_consistency) max 0.97 / 0 steps.
+        # Limits: the measured figures with margin; Circle replay of the output exact
+        # (docs/case-measurements.md#qwen3_vl_text_attention_decode)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.08, "max_abs_diff": 0.25, "max_peir": 0.12, "min_sqnr_db": 13.0},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1, "extra_max_steps": 1.0, "extra_mean_steps": 0.1},
@@ -608,7 +605,8 @@ CASES = [
     Case(
         name="qwen3_vl_text_decoder_layer_prefill",
         build=lambda profile: _build_layer(_layer_prefill_sample, profile, 5),
-        # Measured (tiny): mean 0.0170, max 0.066, PEIR 0.0106, SQNR 33.5 dB; Circle replay exact.
+        # Limits: the measured figures with margin; Circle replay exact
+        # (docs/case-measurements.md#qwen3_vl_text_decoder_layer_prefill)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.025, "max_abs_diff": 0.1, "max_peir": 0.015, "min_sqnr_db": 30.0},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -632,9 +630,8 @@ CASES = [
         profiles=_TEXT_PROFILES,
         expected_wrapper="QuantQwen3VLTextDecoderLayer",
         reference_call=_hf_layer_decode,
-        # Measured (tiny): mean 0.0622, max 0.863, PEIR 0.136, SQNR 18.8 dB; Circle replay of the output
-        # exact, of the returned K / V max 0.52 / 0.61, mean 0.25 / 0.26 of their steps as exported; against
-        # torch aligned to the qparams tico replaces (qparam_consistency) max 0.06 / 0 steps.
+        # Limits: the measured figures with margin; Circle replay of the output exact
+        # (docs/case-measurements.md#qwen3_vl_text_decoder_layer_decode)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.08, "max_abs_diff": 1.1, "max_peir": 0.18, "min_sqnr_db": 16.0},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -661,12 +658,8 @@ CASES = [
         export=ExportCapability(
             adapter=lambda root, sample, built: root, args=lambda s: (s.kwargs["input_ids"],), refuses_calib=False
         ),
-        # Measured (tiny): mean 0.0652, max 0.406, PEIR 0.069, SQNR 21.0 dB; Circle replay
-        # (FAKE_QUANTIZE) vs torch QUANT as exported: max 12 / mean 1.26 output steps. The cause is the
-        # token embedding: torch fake-quantizes the gathered rows per tensor (act_out_obs,
-        # nn/quant_embedding.py:70), Circle's GATHER never requantizes, so the rows keep the table's
-        # per-row quantization (qparam_consistency names it). Aligned to that: max 0 / mean 0 steps,
-        # so the limits are the one-flip floor.
+        # Limits: the measured figures with margin; Circle's GATHER keeps the table's per-row quantization, and
+        # aligned to that circle_replay is the one-flip floor (docs/case-measurements.md#qwen3_vl_text_model)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.085, "max_abs_diff": 0.55, "max_peir": 0.1, "min_sqnr_db": 18.0},
             "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
@@ -688,12 +681,11 @@ CASES = [
     Case(
         name="qwen3_vl_model",
         build=partial(_build_mm, False),
-        # Measured (tiny): mean 0.0656, max 0.498, PEIR 0.074, SQNR 21.3 dB (last hidden state).
+        # Limits: the measured figures with margin (docs/case-measurements.md#qwen3_vl_model)
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.085, "max_abs_diff": 0.65, "max_peir": 0.1, "min_sqnr_db": 18.0},
-            # ~360 applied sites at ~150 ms a forward: 64 sites cost 11-12 s (a quarter of the attribution
-            # check's time over the tiny matrix); every layer it holds is attributed site by site in its own
-            # case (text attention / decoder layer / vision model), so 16 here.
+            # every layer it holds is attributed site by site in its own case, so few sites here keep the check
+            # cheap (docs/case-measurements.md#qwen3-vl-multimodal-attribution-budget)
             "attribution": {"max_sites": 16},
         },
         expected_wrapper="QuantQwen3VLModel",
@@ -703,7 +695,7 @@ CASES = [
     Case(
         name="qwen3_vl_for_conditional_generation",
         build=partial(_build_mm, True),
-        # Measured (tiny): mean 0.0101, max 0.082, PEIR 0.063, SQNR 21.6 dB (logits).
+        # Limits: the measured figures with margin (docs/case-measurements.md#qwen3_vl_for_conditional_generation)
         settings={
             "quant_accuracy": {
                 "max_mean_abs_diff": 0.014,
@@ -711,9 +703,8 @@ CASES = [
                 "max_peir": 0.085,
                 "min_sqnr_db": 18.0,
             },
-            # ~360 applied sites at ~150 ms a forward: 64 sites cost 11-12 s (a quarter of the attribution
-            # check's time over the tiny matrix); every layer it holds is attributed site by site in its own
-            # case (text attention / decoder layer / vision model), so 16 here.
+            # every layer it holds is attributed site by site in its own case, so few sites here keep the check
+            # cheap (docs/case-measurements.md#qwen3-vl-multimodal-attribution-budget)
             "attribution": {"max_sites": 16},
         },
         expected_wrapper="QuantQwen3VLForConditionalGeneration",
