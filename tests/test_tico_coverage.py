@@ -114,3 +114,17 @@ def test_shards_merge_into_one_summary_and_a_run_without_measurement_says_so(mea
     assert merged["scope_totals"] == branch_coverage.load(measured)["scope_totals"]  # the same lines, counted once
     with pytest.raises(FileNotFoundError, match="made with --tico-coverage"):
         branch_coverage.merge([measured, tmp_path / "plain"], tmp_path / "again")
+
+
+def test_a_measured_run_never_takes_a_cached_export_or_conversion():
+    """A cache hit would skip the tico code the run measures."""
+    from types import SimpleNamespace
+
+    from harness.run.options import circle_cache_dir, export_cache_dir
+
+    options = {"wrapq_tico_coverage": True, "wrapq_no_circle_cache": False, "wrapq_no_export_cache": False}
+    config = SimpleNamespace(getoption=options.get, rootpath=REPO)
+    assert circle_cache_dir(config) is None and export_cache_dir(config) is None
+    options["wrapq_tico_coverage"] = False
+    options["wrapq_circle_cache"] = options["wrapq_export_cache"] = None
+    assert circle_cache_dir(config) is not None and export_cache_dir(config) is not None

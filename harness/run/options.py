@@ -62,8 +62,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="measure which of tico's lines and branches the run executes (branch coverage of the tico package, "
-        "every process): <report dir>/tico-coverage/, summarized in results.json and by "
-        "`python -m harness tico-coverage`",
+        "every process; the export and Circle caches are off, since a hit would skip the code measured): "
+        "<report dir>/tico-coverage/, summarized in results.json and by `python -m harness tico-coverage`",
     )
     group.addoption(
         "--wrapq-report-dir",
@@ -243,14 +243,15 @@ def refuse_lost_project_config(config: pytest.Config) -> None:
 
 
 def circle_cache_dir(config: pytest.Config) -> Path | None:
-    if config.getoption("wrapq_no_circle_cache"):
+    # --tico-coverage measures tico's code running: a cache hit would skip the code it measures
+    if config.getoption("wrapq_no_circle_cache") or config.getoption("wrapq_tico_coverage"):
         return None
     chosen = config.getoption("wrapq_circle_cache")
     return Path(chosen).resolve() if chosen else config.rootpath / ".wrapq-cache" / "circle"
 
 
 def export_cache_dir(config: pytest.Config) -> Path | None:
-    if config.getoption("wrapq_no_export_cache"):
+    if config.getoption("wrapq_no_export_cache") or config.getoption("wrapq_tico_coverage"):
         return None
     chosen = config.getoption("wrapq_export_cache")
     return Path(chosen).resolve() if chosen else config.rootpath / ".wrapq-cache" / "export"
