@@ -475,3 +475,27 @@ def test_chart_values_round_trip_to_five_significant_digits(values):
             assert abs(got - want) <= top * 1e-4
     if values == [0.05] * 100:
         assert len(json.dumps(enc)) < 20  # a steady series costs a few bytes
+
+
+def test_a_tico_coverage_run_tracks_its_percentages_and_a_drop_is_a_regression(tmp_path):
+    """--tico-coverage's branch and line percentages of the wrappers are series of the pseudo-case
+    ``tico``: the dashboard flags a night that runs fewer of tico's branches."""
+    db = tmp_path / "h.sqlite"
+    for day, branches in enumerate((42.0, 42.0, 42.1, 42.0, 30.0), start=1):
+        doc = _doc(day=day)
+        doc["run"]["tico_coverage"] = {"scope_totals": {"percent_lines": 66.0, "percent_branches": branches}}
+        history.append_run(db, doc)
+    history.append_run(db, _doc(day=6))  # a run without --tico-coverage adds no point
+    con = sqlite3.connect(db)
+    try:
+        points = con.execute(
+            "SELECT value FROM metrics WHERE case_name = 'tico' AND metric = ? ORDER BY run_id",
+            ("wrappers_branches_percent",),
+        ).fetchall()
+    finally:
+        con.close()
+    assert [p[0] for p in points] == [42.0, 42.0, 42.1, 42.0, 30.0]
+    summary = dashboard.dashboard(db, tmp_path / "d.html")
+    assert any(
+        e["case"] == "tico" and e["metric"] == "wrappers_branches_percent" for e in summary["regression_entries"]
+    )

@@ -178,6 +178,18 @@ def tracked(doc: dict[str, Any], rec: dict[str, Any]) -> list[tuple[str, float, 
     return out
 
 
+def coverage_series(run: dict[str, Any]) -> list[tuple[str, str, str, str, float]]:
+    """(case, profile, check, metric, value) rows for a ``--tico-coverage`` run's percentages of the
+    wrappers' lines and branches, tracked as the series of a pseudo-case ``tico``."""
+    scope = (run.get("tico_coverage") or {}).get("scope_totals") or {}
+    profile = ",".join(run.get("profiles") or ["tiny"])
+    return [
+        ("tico", profile, "tico_coverage", f"wrappers_{kind}_percent", float(scope[f"percent_{kind}"]))
+        for kind in ("lines", "branches")
+        if isinstance(scope.get(f"percent_{kind}"), (int, float))
+    ]
+
+
 def append_run(db: Path, doc: dict[str, Any]) -> int:
     """Append one run -- its items and tracked metrics -- in one transaction: a crash or an error
     part way leaves no trace of the run, and concurrent appends (several shards) serialise on
@@ -224,6 +236,11 @@ def append_run(db: Path, doc: dict[str, Any]) -> int:
                         for metric, value, better, policy in tracked(doc, rec)
                     ],
                 )
+            con.executemany(
+                "INSERT INTO metrics (run_id, case_name, profile, check_name, metric, value, better, policy) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, *row, "higher", None) for row in coverage_series(run)],
+            )
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
