@@ -35,8 +35,8 @@ class Settings:
     min_layer_gain_db: float | None = 0.0
     # dB; the smallest output SQNR gain on an evaluation sample (None: not gated)
     min_output_gain_db: float | None = None
-    # the transformed float module's max |output change| / max |output| (float32 rounding of the
-    # folded products: measured 6e-7 native and scalar on the SmoothQuant Llama layer)
+    # the transformed float module's max |output change| / max |output|: above the float32 rounding
+    # of the folded products (numbers in docs/algorithms.md)
     max_float_rel_diff: float = 1e-5
 
 

@@ -21,15 +21,14 @@ from harness.primitives.metrics import as_float, nonfinite_summary
 # The Circle runtime computes the same graph with its own float kernels (numpy), torch with
 # others: at any fake-quant an element near a rounding boundary can land on the adjacent level,
 # on any CPU. One step anywhere is that arithmetic, not a defect, so no max-steps limit is
-# below it; measured under ATEN_CPU_CAPABILITY=default, gemma4_multimodal_embedder's replay
-# differs by exactly one step in one element while its limit was 0.5.
+# below it (the case that showed it: docs/diagnosis.md).
 ROUNDING_FLIP_STEPS = 1.0
 # Steps are a float ratio: 2.0000001 steps is two steps.
 STEP_SLACK = 1e-4
 # Both outputs are float32 values on the output grid; at magnitude M each is exact only to
 # half an ulp (M * eps / 2), so their difference carries up to M * eps of float error -- in
 # steps, M / step * eps, which grows with the grid: an INT16 output near 32767 steps carries
-# up to 0.004 step (measured: llama_mlp_real_l15's one flip is 1.000118 steps). The max-steps
+# up to 0.004 step, enough to read one flip as more than one (docs/diagnosis.md). The max-steps
 # slack is the larger of STEP_SLACK and FLOAT32_SLACK_ULPS times that bound.
 FLOAT32_SLACK_ULPS = 2.0
 # A few elements flipping by one step on another CPU must not fail a mean-steps limit either:

@@ -38,8 +38,8 @@ from harness.primitives.metrics import select_valid, sqnr_db
 
 @dataclass(frozen=True)
 class Settings:
-    # float32 rounding of an exact identity (measured 2026-12-02 on the SpinQuant cases, native and scalar
-    # kernels: 1.7e-7..6.7e-7); a rotation left out moves the output by its own magnitude (> 0.1)
+    # float32 rounding of an exact identity stays far below it (numbers in docs/cases.md, "Float
+    # equivalence"); a rotation left out moves the output by its own magnitude (> 0.1)
     max_float_rel: float = 1e-5
     min_sqnr_gain_db: float | None = None
     min_claimed_sqnr_gain_db: float | None = None

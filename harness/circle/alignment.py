@@ -39,10 +39,10 @@ def aligned_to_circle(
     tensor's observer is unknown, or an observer also quantizes a tensor Circle holds as torch
     does (changing it would change that tensor too), or would need two replacements. ``inputs``
     (the Circle inputs' quantization, ``CircleArtifact.input_quantization``): each quantized graph
-    input is fake-quantized on entry, as Circle's runtime does (circle/runtime/executor.py:236-237),
-    so every user of it reads it quantized, not only its observer. ``biases`` (``recording_biases``):
-    each bias parameter QuantizeBias made integer holds the value Circle's kernel adds
-    (``circle_bias``) instead of the float one."""
+    input is fake-quantized on entry, as Circle's runtime does (circle/runtime/executor.py
+    ``CircleReferenceRuntime.run``), so every user of it reads it quantized, not only its observer.
+    ``biases`` (``recording_biases``): each bias parameter QuantizeBias made integer holds the value
+    Circle's kernel adds (``circle_bias``) instead of the float one."""
     why = [
         f"tensor {record['tensor']}: its observer is not known" for record in overwritten if not record.get("observer")
     ]
@@ -133,10 +133,11 @@ def aligned_to_circle(
 
 # Elementwise aten ops whose Circle kernel requantizes its output to the qparams its tensor holds
 # (tico's runtime requantizes every operator outside VALUE_PRESERVING_BUILTIN_NAMES and
-# QUANTIZE/DEQUANTIZE: circle/runtime/executor.py:349-353). torch applies no fake-quant where the
-# wrapper applies none; a propagation pass can still give such a node qparams (PropagateQParamBackward
-# gives a concatenation's inputs its output's, propagate_qparam_backward.py:73-81), and then Circle
-# quantizes a value torch keeps in float.
+# QUANTIZE/DEQUANTIZE: circle/runtime/executor.py ``CircleReferenceRuntime._execute_operator``). torch
+# applies no fake-quant where the wrapper applies none; a propagation pass can still give such a node
+# qparams (PropagateQParamBackward gives a concatenation's inputs its output's,
+# propagate_qparam_backward.py ``PropagateQParamBackward.call``), and then Circle quantizes a value torch
+# keeps in float.
 
 
 def circle_fake_quant(
@@ -197,9 +198,9 @@ def _quantizes_as_circle(twin: torch.nn.Module, runtime_observers: set[str]) -> 
 
 
 def _circle_rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06) -> torch.Tensor:
-    """RMS_NORM as tico's Circle runtime computes it (circle/runtime/kernels/nn.py:628-632): in
+    """RMS_NORM as tico's Circle runtime computes it (circle/runtime/kernels/nn.py ``_rms_norm``): in
     float64, ``gamma * (x / sqrt(mean(x * x) + eps))``, cast back. tico's torch op
-    circle_custom::rms_norm (utils/register_custom_op.py:1078-1082) computes in float32,
+    circle_custom::rms_norm (utils/register_custom_op.py ``CircleRMSNorm``) computes in float32,
     ``weight * (x * rsqrt(mean(x ** 2) + eps))``: the results differ in the last bits, and a value
     near a rounding boundary of the following fake-quant lands on the adjacent level."""
     source = hidden_states.to(torch.float64)
@@ -208,12 +209,12 @@ def _circle_rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: flo
 
 
 def _circle_mm(lhs: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
-    """FULLY_CONNECTED as tico's Circle runtime computes it (circle/runtime/kernels/nn.py:428-429):
-    ``np.matmul(value.reshape(-1, input_size), weights.T)`` in float32, numpy's BLAS. torch's linear
-    reaches aten.mm (the input flattened to 2-D, the weight transposed, as there) and computes it
-    with torch's own GEMM kernel, which sums in another order: the results differ in the last
-    bits, and a value near a rounding boundary of the following fake-quant lands on the adjacent
-    level. ``rhs`` is the transposed weight; the product is taken as the kernel takes it."""
+    """FULLY_CONNECTED as tico's Circle runtime computes it (circle/runtime/kernels/nn.py
+    ``_fully_connected``): ``np.matmul(value.reshape(-1, input_size), weights.T)`` in float32, numpy's
+    BLAS. torch's linear reaches aten.mm (the input flattened to 2-D, the weight transposed, as there) and
+    computes it with torch's own GEMM kernel, which sums in another order: the results differ in the last
+    bits, and a value near a rounding boundary of the following fake-quant lands on the adjacent level.
+    ``rhs`` is the transposed weight; the product is taken as the kernel takes it."""
     import numpy as np
 
     weights = np.ascontiguousarray(rhs.detach().numpy().T)
@@ -224,7 +225,7 @@ def _circle_mm(lhs: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
 def _circle_addmm(
     bias: torch.Tensor, lhs: torch.Tensor, rhs: torch.Tensor, *, beta: float = 1, alpha: float = 1
 ) -> torch.Tensor:
-    """FULLY_CONNECTED with a bias (circle/runtime/kernels/nn.py:428-431): the product as
+    """FULLY_CONNECTED with a bias (circle/runtime/kernels/nn.py ``_fully_connected``): the product as
     ``_circle_mm``, then the bias added in float32 (torch's addmm accumulates it in the GEMM)."""
     import numpy as np
 
@@ -235,7 +236,7 @@ def _circle_addmm(
 
 
 def _circle_softmax(value: torch.Tensor, dim: int, half_to_float: bool = False) -> torch.Tensor:
-    """SOFTMAX as tico's Circle runtime computes it (circle/runtime/kernels/reduction.py:149-159): numpy
+    """SOFTMAX as tico's Circle runtime computes it (circle/runtime/kernels/reduction.py ``_softmax``): numpy
     float32 over the last axis, ``exp(x - max) / sum(exp(x - max))``. torch's softmax uses its own
     vectorized exp and summation order; the results differ in the last bits, and over a long row
     (gemma4_vision_encoder_layer at static_runtime: 2520 keys) a probability near a rounding boundary
@@ -253,7 +254,7 @@ def _circle_softmax(value: torch.Tensor, dim: int, half_to_float: bool = False) 
 
 
 def _circle_bmm(lhs: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
-    """BATCH_MATMUL as tico's Circle runtime computes it (circle/runtime/kernels/nn.py:442-468):
+    """BATCH_MATMUL as tico's Circle runtime computes it (circle/runtime/kernels/nn.py ``_batch_matmul``):
     ``np.matmul(lhs, rhs)`` in float32. torch's bmm sums in another order (its own GEMM); over a long
     contraction (Gemma4's 512-wide global heads at static_runtime) a logit near a rounding boundary of
     ``obs_logits_raw`` lands on the adjacent level."""
@@ -264,7 +265,7 @@ def _circle_bmm(lhs: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
 
 
 def _circle_gelu(value: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
-    """GELU as tico's Circle runtime computes it (circle/runtime/kernels/elementwise.py:160-174): in
+    """GELU as tico's Circle runtime computes it (circle/runtime/kernels/elementwise.py ``_gelu``): in
     float64, the tanh form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` or the exact one with
     ``math.erf`` per element, cast back. torch computes GELU in float32 with its own vectorized tanh /
     erf: the last bits differ, and a value near a rounding boundary of the following fake-quant lands

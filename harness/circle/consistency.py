@@ -83,9 +83,9 @@ def _carried(node: torch.fx.Node, qparam_key: str, depth: int = 0) -> tuple[Any,
     return first
 
 
-# Ops tico's PropagateQParamForward copies qparams through, input to output (SPLIT outputs, SLICE,
-# NEG: quantization/passes/propagate_qparam_forward.py:108-142), and the data-movement ops whose
-# output inherits its input's (FoldQuantOps' _inherit_qparam_from_view_chain).
+# Ops tico's PropagateQParamForward copies qparams through, input to output (SPLIT outputs, SLICE, NEG:
+# quantization/passes/propagate_qparam_forward.py ``PropagateQParamForward.call``), and the data-movement
+# ops whose output inherits its input's (FoldQuantOps' _inherit_qparam_from_view_chain).
 _FORWARD_FROM_INPUT = VALUE_PRESERVING | {"aten.neg.default", "aten.split_with_sizes.default"}
 
 
@@ -108,8 +108,9 @@ def qparam_source(
     fake-quant: one applied (with exactly these qparams) to the value ``node`` is computed from,
     through the SPLIT / SLICE / NEG / data-movement chain PropagateQParamForward copies along; or to
     a concatenation ``node`` feeds, directly or through data-movement ops, as PropagateQParamBackward
-    copies (propagate_qparam_backward.py:73-81). None when they are neither: a propagation that
-    produced qparams no torch observer applied there (which aligning torch to them would absorb)."""
+    copies (propagate_qparam_backward.py ``PropagateQParamBackward.call``). None when they are neither: a
+    propagation that produced qparams no torch observer applied there (which aligning torch to them would
+    absorb)."""
 
     def applied_here(candidate: torch.fx.Node) -> dict[str, Any] | None:
         record = by_tensor.get(candidate.name)

@@ -80,9 +80,10 @@ def applied_qparams(graph: torch.fx.Graph, with_redundant: bool = False) -> list
             carrier = q.name
         if redundant and not with_redundant:
             continue
-        # FoldQuantOps puts these qparams on the producer itself (fold_quant_ops.py:206-213), so in
-        # Circle every other user of the value reads it quantized; in torch the users that are not
-        # this fake-quant read it in float (e.g. a residual beside its norm's input observer).
+        # FoldQuantOps puts these qparams on the producer itself (fold_quant_ops.py
+        # ``FoldQuantOps.call``), so in Circle every other user of the value reads it quantized; in torch
+        # the users that are not this fake-quant read it in float (e.g. a residual beside its norm's input
+        # observer).
         float_users = (
             []
             if carrier != producer.name
@@ -191,8 +192,8 @@ def recording_biases() -> Iterator[list[dict[str, Any]]]:
     """Record each float bias parameter tico's QuantizeBias replaces with an integer one while
     active: the parameter (its path in the exported module), the op that adds it, and the
     integers and per-channel scales (input scale x weight scale) it wrote
-    (quantization/passes/quantize_bias.py:129-132). Circle's FULLY_CONNECTED / CONV_2D add that
-    bias dequantized, where torch adds the float one (``circle_bias``)."""
+    (quantization/passes/quantize_bias.py ``QuantizeBias.call``). Circle's FULLY_CONNECTED / CONV_2D add
+    that bias dequantized, where torch adds the float one (``circle_bias``)."""
     from tico.quantization.passes import quantize_bias
     from tico.serialize.quant_param import QPARAM_KEY
 
@@ -247,8 +248,9 @@ def recording_biases() -> Iterator[list[dict[str, Any]]]:
 
 def bias_off_rule(record: dict[str, Any], float_bias: torch.Tensor) -> str | None:
     """Why an integer bias is not the float one rounded to steps of input scale x weight scale (the
-    rule tico states, quantize_bias.py:129-132), else None: the only integer bias the aligned copy
-    may take over, so a bias written with another scale, rounding or a clamp is not absorbed."""
+    rule tico states, quantize_bias.py ``QuantizeBias.call``), else None: the only integer bias the
+    aligned copy may take over, so a bias written with another scale, rounding or a clamp is not
+    absorbed."""
     import numpy as np
 
     if record.get("input_scale") is None or record.get("weight_scale") is None:
@@ -265,9 +267,10 @@ def bias_off_rule(record: dict[str, Any], float_bias: torch.Tensor) -> str | Non
     if any(record["zero_point"]):
         return "its zero point is not 0"
     off = bias_steps_off(record, float_bias)
-    # tico divides in float32 (quantize_bias.py:130) and the runtime dequantizes in float32: each is off by
-    # up to |q| float32 half-ulps, so a large integer bias (a small input x weight scale) reads a little
-    # over the half step on clean tico (0.5145 steps at |q| 1.4e5, gemma4_vision_model static_runtime)
+    # tico divides in float32 (quantize_bias.py ``QuantizeBias.call``) and the runtime dequantizes in
+    # float32: each is off by up to |q| float32 half-ulps, so a large integer bias (a small input x weight
+    # scale) reads a little over the half step on clean tico (0.5145 steps at |q| 1.4e5,
+    # gemma4_vision_model static_runtime)
     slack = 2 * float(np.finfo(np.float32).eps) * (np.abs(np.asarray(record["values"], dtype=np.float64)) + 1)
     if (off > 0.5 + 1e-3 + slack).any():
         return (

@@ -76,8 +76,9 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
             }
         )
     # A value torch fake-quantizes for one user only, which FoldQuantOps quantized for all of them
-    # (``float_users``): Circle's operator requantizes its output (executor.py:349-364), and every
-    # user reads that. Its qparams must be the ones that fake-quant applied.
+    # (``float_users``): Circle's operator requantizes its output (executor.py
+    # ``CircleReferenceRuntime._execute_operator``), and every user reads that. Its qparams must be the
+    # ones that fake-quant applied.
     nodes_by_name = {node.name: node for node in nodes}
     for record in applied:
         node = nodes_by_name.get(record["tensor"])

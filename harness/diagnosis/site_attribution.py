@@ -7,7 +7,7 @@ sample:
 
 * the output SQNR and PEIR vs the Hugging Face reference (valid tokens) with only that site's
   fake-quant switched off (``ObserverBase.set_fake_quant_enabled``, tico 0.3.0
-  ``quantization/wrapq/observers/base.py:53``), minus the same metrics as is: the **gain**;
+  ``quantization/wrapq/observers/base.py``), minus the same metrics as is: the **gain**;
 * what the site holds and sees: dtype, scale, zero point, the range it was calibrated on, the
   range of its input on the sample, the fraction of input values its qmin..qmax clamps, and its
   local SQNR (input vs its own fake-quant output);

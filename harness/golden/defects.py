@@ -161,10 +161,9 @@ def weight_channel_axis_transposed(monkeypatch) -> str:
 
 # Weight defects for the real_weights profile, applied to a quantized tree; kept apart from DEFECTS,
 # whose members every golden must catch (scripts/golden_noise.py). weight_range_per_tensor is NOT
-# one only real weights expose: on llama_mlp_w8a16_real_l27 (2026-12-02, native) it costs 16.6 dB
-# with the real weights and 3.3 dB with random ones of the same shapes (iid rows spread too), both
-# past the case's 1.5 dB margin. weight_channel_axis_transposed (above, seeded before wrapping) is
-# the one random weights hide (tests/test_real_weights.py).
+# one only real weights expose: random weights of the same shapes expose it too (numbers in
+# docs/real-weights.md). weight_channel_axis_transposed (above, seeded before wrapping) is the one
+# random weights hide (tests/test_real_weights.py).
 REAL_WEIGHT_DEFECTS: dict[str, Callable] = {
     "weight_range_per_tensor": weight_range_per_tensor,
 }

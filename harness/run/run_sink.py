@@ -253,6 +253,6 @@ class RunSink:
 def note_group_done(state: SessionState, case_name: str, profile: str) -> None:
     """A case group's last item on this process ran: drop its pipeline (bounded memory)."""
     state.pipelines.release(case_name, profile)
-    # No gc.collect(): measured, it found nothing to free after a release (0 objects, RSS
-    # unchanged) and cost ~0.23 s per case group; reference counting frees the group.
+    # No gc.collect(): reference counting frees the group, so a collection here finds nothing and
+    # only costs time (docs/benchmarks.md).
     state.rss_after_group[f"{case_name}[{profile}]"] = round(current_rss_mb(), 1)
