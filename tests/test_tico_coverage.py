@@ -128,3 +128,16 @@ def test_a_measured_run_never_takes_a_cached_export_or_conversion():
     options["wrapq_tico_coverage"] = False
     options["wrapq_circle_cache"] = options["wrapq_export_cache"] = None
     assert circle_cache_dir(config) is not None and export_cache_dir(config) is not None
+
+
+def test_diff_coverage_ranks_the_files_with_most_unreached_lines_first(tmp_path):
+    base = _tree(tmp_path / "base", {})
+    head = _tree(tmp_path / "head", {"quantization/a.py": WRAPPER, "quantization/b.py": "x = 1\n"})
+    summary = {"tico_root": str(head), "files": {}}  # neither file was imported by the run
+    text = tico_diff.render(tico_diff.diff_coverage(summary, base.parent))
+    assert text.splitlines()[:4] == [
+        "this change to tico touches 5 executable line(s); the harness ran 0; 5 no case reaches",
+        "unreached lines by file (most first):",
+        "      4  quantization/a.py",
+        "      1  quantization/b.py",
+    ]

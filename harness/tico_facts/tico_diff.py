@@ -82,6 +82,16 @@ def render(result: dict[str, Any], limit: int = 40) -> str:
         f"this change to tico touches {result['touched']} executable line(s); the harness ran {result['ran']}; "
         f"{len(result['unreached'])} no case reaches"
     ]
+    per_file: dict[str, int] = {}
+    for relative, _, _ in result["unreached"]:
+        per_file[relative] = per_file.get(relative, 0) + 1
+    if len(per_file) > 1:
+        lines.append("unreached lines by file (most first):")
+        ranked = sorted(per_file.items(), key=lambda kv: (-kv[1], kv[0]))
+        lines += [f"  {count:5d}  {relative}" for relative, count in ranked[:15]]
+        if len(ranked) > 15:
+            lines.append(f"  ... {len(ranked) - 15} more file(s)")
+        lines.append("the first unreached lines:")
     for relative, line, text in result["unreached"][:limit]:
         lines.append(f"  {relative}:{line}  {text[:90]}")
     if len(result["unreached"]) > limit:
