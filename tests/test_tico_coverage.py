@@ -141,3 +141,24 @@ def test_diff_coverage_ranks_the_files_with_most_unreached_lines_first(tmp_path)
         "      4  quantization/a.py",
         "      1  quantization/b.py",
     ]
+
+
+def test_a_measurement_that_cannot_be_combined_loses_no_result(tmp_path):
+    """The run's results are written and say why the coverage summary is missing."""
+    (tmp_path / "broken_combine.py").write_text(
+        "from harness.tico_facts import branch_coverage\n"
+        "def combine(*args, **kwargs):\n"
+        "    raise OSError('disk full')\n"
+        "branch_coverage.combine = combine\n"
+    )
+    report = tmp_path / "reports"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-p", "broken_combine",
+         "--tico-coverage", "-k", "nn_layernorm and quant_accuracy", f"--wrapq-report-dir={report}"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "the measurement could not be combined: OSError: disk full" in done.stdout
+    run = json.loads((report / "results.json").read_text())["run"]
+    assert run["tico_coverage"] == {"error": "OSError: disk full"}
+    assert "could not be combined" in (report / "report.html").read_text()

@@ -23,7 +23,10 @@ class TicoCoverageRun:
         if not state.is_worker:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             branch_coverage.clear(self.data_dir)
-        self.measurement = branch_coverage.Measurement(self.data_dir)
+        try:
+            self.measurement = branch_coverage.Measurement(self.data_dir)
+        except RuntimeError as exc:  # no tico to measure
+            raise pytest.UsageError(f"--tico-coverage: {exc}") from None
         self.measurement.start()
 
     @pytest.hookimpl(tryfirst=True)
@@ -33,4 +36,7 @@ class TicoCoverageRun:
         self.measurement.save()
         if self.state.is_worker or session.config.option.collectonly:
             return
-        self.state.tico_coverage = branch_coverage.combine(self.data_dir, time.perf_counter() - self.started)
+        try:
+            self.state.tico_coverage = branch_coverage.combine(self.data_dir, time.perf_counter() - self.started)
+        except Exception as exc:  # noqa: BLE001 - the run's results are written whatever the measurement did
+            self.state.tico_coverage_error = f"{type(exc).__name__}: {exc}"

@@ -126,6 +126,9 @@ class RunSink:
         if len(failing) > 8:
             terminalreporter.write_line(f"... {len(failing) - 8} more failing case(s): ./scripts/env.sh pytest --lf")
         self._write_findings(terminalreporter)
+        if self.state.tico_coverage_error is not None:
+            terminalreporter.section("wrapq tico coverage")
+            terminalreporter.write_line(f"the measurement could not be combined: {self.state.tico_coverage_error}")
         if self.state.tico_coverage is not None:
             terminalreporter.section("wrapq tico coverage")
             terminalreporter.write_line(headline(self.state.tico_coverage))
@@ -224,6 +227,8 @@ class RunSink:
             "baseline": self._baseline_summary(),
             **self._findings_summary(),
         }
+        if self.state.tico_coverage_error is not None:
+            extra["tico_coverage"] = {"error": self.state.tico_coverage_error}
         if self.state.tico_coverage is not None:
             extra["tico_coverage"] = {
                 key: self.state.tico_coverage[key] for key in ("scope", "totals", "scope_totals", "wall_seconds")

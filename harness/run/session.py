@@ -56,6 +56,7 @@ class SessionState:
         self.stage_tracebacks_shown: dict[tuple[str, str], str] = {}
         # --tico-coverage: the combined summary, set on the controller before results are written
         self.tico_coverage: dict | None = None
+        self.tico_coverage_error: str | None = None
         self._findings_strict: bool | None = None
         self.base_run: BaseRun | None = None
         if settings.base_results is not None:
