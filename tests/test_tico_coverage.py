@@ -162,3 +162,27 @@ def test_a_measurement_that_cannot_be_combined_loses_no_result(tmp_path):
     run = json.loads((report / "results.json").read_text())["run"]
     assert run["tico_coverage"] == {"error": "OSError: disk full"}
     assert "could not be combined" in (report / "report.html").read_text()
+
+
+def test_the_public_entry_points_are_listed_with_whether_the_run_called_them():
+    summary = {
+        "functions": {
+            "quantization/public_interface.py::prepare": 5,
+            "quantization/config/builders.py::build_llm_ptq_config": 0,
+            "quantization/config/builders.py::_build_llama_overrides": 0,  # private: not an entry point
+        },
+        "classes": {
+            "quantization/algorithm/gptq/quantizer.py::GPTQQuantizer": {"lines_covered": 12},
+            "quantization/algorithm/gptq/quantizer.py::StopForward": {"lines_covered": 1},  # a helper
+        },
+    }
+    assert branch_coverage.entry_points(summary) == [
+        ("quantization/public_interface.py::prepare", True),
+        ("quantization/config/builders.py::build_llm_ptq_config", False),
+        ("quantization/algorithm/gptq/quantizer.py::GPTQQuantizer", True),
+    ]
+
+
+def test_the_measured_run_lists_the_entry_points_it_called(measured):
+    called = dict(branch_coverage.entry_points(branch_coverage.load(measured)))
+    assert called["quantization/public_interface.py::prepare"] is True  # every case calls tico's prepare

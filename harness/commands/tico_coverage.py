@@ -36,6 +36,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--files", action="store_true", help="per file of the wrappers")
     parser.add_argument("--classes", action="store_true", help="per wrapper class")
     parser.add_argument("--uncovered", type=int, default=0, metavar="N", help="list N uncovered branches")
+    parser.add_argument(
+        "--entry-points", action="store_true", help="tico's public entry points (interface, builders, quantizers)"
+    )
     parser.add_argument("--base", type=Path, default=None, help="the base tico (package dir, checkout or .whl)")
     parser.add_argument("--limit", type=int, default=40, help="unreached changed lines to list (default 40)")
     args = parser.parse_args(argv)
@@ -60,6 +63,10 @@ def main(argv: list[str]) -> int:
         print(tabulate(_rows(summary["files"], prefix), headers=["file", *headers[1:]]))
     if args.classes:
         print(tabulate(_rows(summary["classes"], prefix), headers=["class", *headers[1:]]))
+    if args.entry_points:
+        found = branch_coverage.entry_points(summary)
+        print(tabulate([[name, "yes" if ran else "no"] for name, ran in found], headers=["entry point", "called"]))
+        print(f"{sum(ran for _, ran in found)} of {len(found)} entry points called")
     if args.uncovered:
         shown = 0
         for name, entry in sorted(summary["files"].items()):

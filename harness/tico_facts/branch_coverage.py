@@ -10,6 +10,7 @@ checkout, a wheel and an editable install of the same sources report the same na
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import json
 import linecache
@@ -97,6 +98,7 @@ def summarize(raw: dict[str, Any], root: Path) -> dict[str, Any]:
     uncovered branches per file and per class, keyed by the path under the tico package."""
     files: dict[str, Any] = {}
     classes: dict[str, Any] = {}
+    functions: dict[str, int] = {}
     for name, entry in raw["files"].items():
         path = Path(name) if Path(name).is_absolute() else Path.cwd() / name
         try:
@@ -109,6 +111,9 @@ def summarize(raw: dict[str, Any], root: Path) -> dict[str, Any]:
             "executed_lines": entry["executed_lines"],
             "uncovered_branches": [_branch(path, arc) for arc in entry.get("missing_branches", [])],
         }
+        for function_name, part in (entry.get("functions") or {}).items():
+            if function_name:
+                functions[f"{relative}::{function_name}"] = part["summary"].get("covered_lines", 0)
         for class_name, part in (entry.get("classes") or {}).items():
             if class_name:
                 classes[f"{relative}::{class_name}"] = {
@@ -122,7 +127,34 @@ def summarize(raw: dict[str, Any], root: Path) -> dict[str, Any]:
         "scope_totals": totals({k: v for k, v in files.items() if k.startswith(SCOPE + "/")}),
         "files": files,
         "classes": classes,
+        "functions": functions,
     }
+
+
+# The public entry points users call, by where tico defines them: the public interface, the config
+# builders, the algorithms' quantizers and the recipe runner (file glob, what counts: functions or classes).
+ENTRY_POINTS = (
+    ("quantization/public_interface.py", "functions"),
+    ("quantization/config/*builders.py", "functions"),
+    ("quantization/algorithm/*/quantizer.py", "classes"),
+    ("quantization/recipes/runner.py", "classes"),
+)
+
+
+def entry_points(summary: dict[str, Any]) -> list[tuple[str, bool]]:
+    """(file::name, whether the run executed any of its body) for every public entry point."""
+    found = []
+    for pattern, kind in ENTRY_POINTS:
+        for key in sorted(summary.get(kind, {})):
+            path, name = key.split("::", 1)
+            if not fnmatch.fnmatchcase(path, pattern) or name.startswith("_") or "." in name:
+                continue
+            if kind == "classes" and not name.endswith(("Quantizer", "Runner")):
+                continue  # the quantizer modules' helper classes (StopForward, ...) are not entry points
+            value = summary[kind][key]
+            ran = (value if isinstance(value, int) else value["lines_covered"]) > 0
+            found.append((key, ran))
+    return found
 
 
 def totals(files: dict[str, Any]) -> dict[str, Any]:
