@@ -46,7 +46,6 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
         qmin, qmax = _QRANGE.get(str(qparam.dtype), (None, None))
         if qmin is None:
             continue
-        value = node.meta.get("val")
         # Where the qparams come from: the concatenation it feeds, as PropagateQParamBackward copies them,
         # and only where they are what torch's fake-quant of that concatenation applied.
         origin = next(
@@ -60,21 +59,7 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
             ),
             None,
         )
-        found.append(
-            {
-                "tensor": node.name,
-                "op": target,
-                "call_index": index,
-                "qparam_from": origin,
-                "scale": float(qparam.scale[0]),
-                "zero_point": int(qparam.zero_point[0]),
-                "qmin": qmin,
-                "qmax": qmax,
-                "shape": tuple(value.shape) if isinstance(value, torch.Tensor) else None,
-                "line": _wrapper_line(node.meta.get("stack_trace")),
-                "module": _module_path(node),
-            }
-        )
+        found.append(_record(node, target, index, origin, qparam, qmin, qmax))
     # A value torch fake-quantizes for one user only, which FoldQuantOps quantized for all of them
     # (``float_users``): Circle's operator requantizes its output (executor.py
     # ``CircleReferenceRuntime._execute_operator``), and every user reads that. Its qparams must be the
@@ -90,30 +75,44 @@ def requantized_unapplied(applied: list[dict[str, Any]], program: Any) -> list[d
         qmin, qmax = _QRANGE.get(str(qparam.dtype), (None, None))
         if qmin is None:
             continue
-        value = node.meta.get("val")
         origin = (
             record.get("observer") or record["tensor"] if _same(record["scale"], record["zero_point"], qparam) else None
         )
         found.append(
-            {
-                "tensor": node.name,
-                "op": _target(node),
-                "call_index": call_index[node.name],
-                "qparam_from": origin,
-                "shared_with": record["float_users"],
-                "observer": record.get("observer"),
-                "scale": float(qparam.scale[0]),
-                "zero_point": int(qparam.zero_point[0]),
-                "qmin": qmin,
-                "qmax": qmax,
-                "shape": tuple(value.shape) if isinstance(value, torch.Tensor) else None,
-                "line": _wrapper_line(node.meta.get("stack_trace")),
-                "module": _module_path(node),
-            }
+            _record(
+                node,
+                _target(node),
+                call_index[node.name],
+                origin,
+                qparam,
+                qmin,
+                qmax,
+                shared_with=record["float_users"],
+                observer=record.get("observer"),
+            )
         )
     for record in found:  # how many calls of the op the graph makes: the eager run must make as many
         record["calls"] = counts[record["op"]]
     return found
+
+
+def _record(node, op: str, call_index: int, origin, qparam, qmin: int, qmax: int, **shared) -> dict[str, Any]:
+    """One requantized value: where it is, the qparams Circle holds for it and where they came from."""
+    value = node.meta.get("val")
+    return {
+        "tensor": node.name,
+        "op": op,
+        "call_index": call_index,
+        "qparam_from": origin,
+        **shared,
+        "scale": float(qparam.scale[0]),
+        "zero_point": int(qparam.zero_point[0]),
+        "qmin": qmin,
+        "qmax": qmax,
+        "shape": tuple(value.shape) if isinstance(value, torch.Tensor) else None,
+        "line": _wrapper_line(node.meta.get("stack_trace")),
+        "module": _module_path(node),
+    }
 
 
 def describe_requantized(record: dict[str, Any]) -> str:

@@ -139,11 +139,19 @@ def _package_source_hash(package: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def harness_source_hash(*modules: str) -> str:
+    """sha256 of the harness modules (paths under the harness package) that compute what a cache
+    stores, in the order given."""
+    here = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for name in modules:
+        h.update((here / name).read_bytes())
+    return h.hexdigest()
+
+
 def _harness_source_hash() -> str:
     """The harness code that produces what is cached (conversion call and audit walker)."""
-    here = Path(__file__).resolve().parents[1]  # the harness package: the code that computes what is cached
-    h = hashlib.sha256()
-    for name in (
+    return harness_source_hash(
         "export/circle_cache.py",
         "export/entry_store.py",
         "export/stages.py",
@@ -153,9 +161,7 @@ def _harness_source_hash() -> str:
         "circle/consistency.py",
         "circle/requantized.py",
         "export/failure_replay.py",
-    ):
-        h.update((here / name).read_bytes())
-    return h.hexdigest()
+    )
 
 
 def environment_fingerprint() -> dict[str, str]:

@@ -15,13 +15,12 @@ import hashlib
 import importlib.metadata
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from harness import compat
-from harness.export.circle_cache import _package_source_hash, _tensor_bytes
+from harness.export.circle_cache import _package_source_hash, _tensor_bytes, harness_source_hash
 from harness.export.code_fingerprint import code_digest as _code_digest
 from harness.export.entry_store import Uncacheable
 
@@ -183,9 +182,7 @@ def _module_tree_text(root: torch.nn.Module, put: Any) -> None:
 
 @functools.lru_cache(maxsize=None)
 def _environment() -> str:
-    here = Path(__file__).resolve().parents[1]  # the harness package: the code that computes what is cached
-    harness = hashlib.sha256()
-    for name in (
+    harness = harness_source_hash(
         "export/export_reuse.py",
         "export/execution_key.py",
         "export/entry_store.py",
@@ -193,8 +190,7 @@ def _environment() -> str:
         "export/circle_cache.py",
         "circle/missing_qparams.py",
         "export/failure_replay.py",
-    ):
-        harness.update((here / name).read_bytes())
+    )
     return json.dumps(
         {
             "schema": KEY_SCHEMA,
@@ -203,7 +199,7 @@ def _environment() -> str:
             "tico": importlib.metadata.version("tico"),
             "transformers": importlib.metadata.version("transformers"),
             "tico_source": _package_source_hash("tico"),
-            "harness_source": harness.hexdigest(),
+            "harness_source": harness,
         },
         sort_keys=True,
     )

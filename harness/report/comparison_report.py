@@ -4,12 +4,12 @@ request's Markdown job summary, and a self-contained HTML page."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
 from harness.golden.platform_info import TESTBED_KEYS
+from harness.report.html import template_environment
 from harness.report.run_compare import WORSE, Comparison, MetricMove, describe_versions
 from harness.tico_facts.finding_status import compare as compare_findings
 from harness.tico_facts.tico_identity import describe
@@ -182,15 +182,7 @@ def render_markdown(cmp: Comparison) -> str:
 
 
 def render_html(cmp: Comparison) -> str:
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = template_environment()
     env.filters["num"] = fmt
     env.filters["relative"] = fmt_relative
     return env.get_template("compare.html.j2").render(

@@ -10,7 +10,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import jinja2
 from markupsafe import Markup
 
 from harness.records import rerun
@@ -18,6 +17,7 @@ from harness.records.results import atomic_write_text
 from harness.report import alerts, svg
 from harness.report import policy as policy_mod
 from harness.report.history_store import CHART_RUNS, NOISE_FLOOR_REL, NOISE_RUNS, connect, testbed_label
+from harness.report.html import template_environment
 from harness.report.regression import change_start, judge, series
 
 
@@ -271,12 +271,7 @@ def dashboard(
             for e in entries
         ],
     }
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-        autoescape=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = template_environment(strict=False)
     env.filters["num"] = lambda v: f"{v:.4g}" if isinstance(v, float) else ("" if v is None else v)
     by_status = {s: [e for e in entries if e["status"] == s] for s in ("regressed", "acknowledged", "improved")}
     unused = [p for p in (policies or []) if p.index not in used_policies]

@@ -101,14 +101,20 @@ def wrapper_coverage_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
+def template_environment(strict: bool = True) -> jinja2.Environment:
+    """The report package's templates (harness/report/templates), autoescaped; ``strict``: a variable
+    a template names and the page lacks is an error, not an empty string."""
+    return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
         autoescape=True,
-        undefined=jinja2.StrictUndefined,
+        undefined=jinja2.StrictUndefined if strict else jinja2.Undefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+
+
+def _env() -> jinja2.Environment:
+    env = template_environment()
     env.filters["num"] = lambda v: f"{v:.4g}" if isinstance(v, float) else ("" if v is None else v)
     env.filters["scatter"] = lambda points: Markup(svg.scatter(points or []))
     env.filters["histogram"] = lambda h: Markup(svg.histogram((h or {}).get("edges", []), (h or {}).get("counts", [])))
