@@ -52,12 +52,14 @@ def test_the_run_measures_the_wrapper_it_ran_and_records_the_summary(measured):
 
 def test_the_command_reports_totals_classes_and_uncovered_branches(measured):
     done = subprocess.run(
-        [sys.executable, "-m", "harness", "tico-coverage", str(measured), "--classes", "--uncovered", "3"],
+        [sys.executable, "-m", "harness", "tico-coverage", str(measured), "--families", "--classes",
+         "--uncovered", "3"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("tico quantization/wrapq/wrappers: ")
     assert "nn/quant_linear.py::QuantLinear" in done.stdout
+    assert any(line.startswith("nn ") for line in done.stdout.splitlines())  # the nn family's row
     assert "uncovered branch(es) in quantization/wrapq/wrappers" in done.stdout
     missing = subprocess.run(
         [sys.executable, "-m", "harness", "tico-coverage", str(measured / "nowhere")],

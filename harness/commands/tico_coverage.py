@@ -34,6 +34,7 @@ def main(argv: list[str]) -> int:
         "--merge-into", type=Path, default=None, metavar="DIR", help="combine the shards' measurements into DIR"
     )
     parser.add_argument("--files", action="store_true", help="per file of the wrappers")
+    parser.add_argument("--families", action="store_true", help="per wrapper family (subdirectory)")
     parser.add_argument("--classes", action="store_true", help="per wrapper class")
     parser.add_argument("--uncovered", type=int, default=0, metavar="N", help="list N uncovered branches")
     parser.add_argument(
@@ -59,6 +60,17 @@ def main(argv: list[str]) -> int:
     if summary.get("wall_seconds"):
         print(f"cost: the measured run took {summary['wall_seconds']:.0f} s (benchmarks/tico_coverage_cost.py: ratio)")
     headers = ["", "lines", "branches run", "branches"]
+    if args.families:
+        families: dict[str, dict[str, int]] = {}
+        for name, entry in summary["files"].items():
+            if name.startswith(prefix):
+                family = name[len(prefix) :].split("/")[0] if "/" in name[len(prefix) :] else "(top level)"
+                totals = families.setdefault(
+                    family, dict.fromkeys(("lines_covered", "statements", "branches_covered", "branches"), 0)
+                )
+                for key in totals:
+                    totals[key] += entry[key]
+        print(tabulate(_rows(families, ""), headers=["family", *headers[1:]]))
     if args.files:
         print(tabulate(_rows(summary["files"], prefix), headers=["file", *headers[1:]]))
     if args.classes:
