@@ -68,6 +68,20 @@ def _activation(cls):
     return build
 
 
+def build_gelu(profile: str, approximate: str = "none") -> Built:
+    return Built(nn.GELU(approximate=approximate), _inputs(lambda: 3.0 * torch.randn(4, 32), calibration=8))
+
+
+# QuantGELU keeps the float module's ``approximate`` and passes it to F.gelu (quant_elementwise.py,
+# QuantGELU.forward): the tanh form lowers to a different Circle graph.
+GELU_SWEEP = Sweep(
+    axes={"approximate": ("none", "tanh")},
+    why={"approximate": "QuantGELU.__init__ keeps fp_module.approximate for F.gelu"},
+    pr="each",
+    nightly="all",
+)
+
+
 def build_concat(profile: str) -> Built:
     """Two inputs of different ranges, so their qparams differ and the wrapper's requantization
     into the output's qparams runs."""
@@ -136,6 +150,7 @@ _CNN = dict(family="cnn", profiles=("tiny",), seed=123, export=whole_module_expo
 # Limits: the worst over three kernel selections with margin; Circle steps at the one-step floor of rounding
 # arithmetic (docs/case-measurements.md#cnn-cases)
 _LIMITS = {
+    "act_gelu": {"max_peir": 0.0081, "max_mean_abs_diff": 0.018, "min_sqnr_db": 39.2},
     "act_elu": {"max_peir": 0.0074, "max_mean_abs_diff": 0.02, "min_sqnr_db": 39.1},
     "act_relu": {"max_peir": 0.0087, "max_mean_abs_diff": 0.013, "min_sqnr_db": 40.1},
     "act_relu6": {"max_peir": 0.0095, "max_mean_abs_diff": 0.012, "min_sqnr_db": 40.7},
@@ -176,6 +191,7 @@ _BUILDS = (
     ("act_sigmoid", _activation(nn.Sigmoid), "QuantSigmoid"),
     ("act_tanh", _activation(nn.Tanh), "QuantTanh"),
     ("act_silu", _activation(nn.SiLU), "QuantSiLU"),
+    ("act_gelu", build_gelu, "QuantGELU"),
     ("tico_concat", build_concat, "QuantConcat"),
     ("tico_resize_bilinear", build_resize_bilinear, "QuantResizeBilinear2d"),
     ("tico_same_padding_conv2d", build_same_padding_conv2d, "QuantSamePaddingConv2d"),
@@ -183,7 +199,7 @@ _BUILDS = (
 )
 _EXPECTED = {"cnn_conv2d_grouped": {"qparam_audit": GROUPED_CONV_FLOAT_BIAS}}
 
-_SWEEPS = {"tico_same_padding_conv2d": SAME_PADDING_SWEEP}
+_SWEEPS = {"tico_same_padding_conv2d": SAME_PADDING_SWEEP, "act_gelu": GELU_SWEEP}
 
 CASES = [
     Case(

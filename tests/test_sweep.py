@@ -44,6 +44,21 @@ def test_pairwise_covers_every_pair_and_nightly_includes_the_pr_set():
     assert [v.label for v in variants(sweep, "pr")] == ["a=2,d=7"]
 
 
+def test_an_override_of_none_drops_the_expectation_a_variant_lacks():
+    from harness import expect
+    from harness.model.sweep import expand
+
+    baseline = expect("conv3d-decomposed-float-bias")
+    sweep = Sweep(axes={"bias": (True, False)}, overrides={"bias=False": {"expected_failures": {"qparam_audit": None}}})
+    case = Case(
+        name="swept", build=lambda profile, bias=True: None, family="nn", profiles=("tiny",), sweep=sweep,
+        expected_failures={"qparam_audit": baseline, "circle_replay": baseline},
+    )  # fmt: skip
+    (no_bias,) = variants(sweep, "pr")
+    assert dict(expand(case, no_bias).expected_failures) == {"circle_replay": baseline}
+    assert set(case.expected_failures) == {"qparam_audit", "circle_replay"}  # the baseline keeps both
+
+
 def test_labels_name_only_the_axes_off_baseline_in_axis_order():
     sweep = Sweep(axes={"heads": (2, 4), "kv_heads": (1, 2)}, pr=("kv_heads=2,heads=4",), nightly="all")
     assert [v.label for v in variants(sweep, "pr")] == ["heads=4,kv_heads=2"]

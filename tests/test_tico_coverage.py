@@ -40,8 +40,9 @@ def test_the_run_measures_the_wrapper_it_ran_and_records_the_summary(measured):
     # a wrapper no selected case builds is measured and reported as not run
     conv3d = summary["files"]["quantization/wrapq/wrappers/nn/quant_conv3d.py"]
     assert conv3d["branches"] > 0 and conv3d["branches_covered"] == 0 and conv3d["uncovered_branches"]
-    start, _, condition = conv3d["uncovered_branches"][0]
-    assert isinstance(start, int) and condition  # the condition's own source line
+    branch = conv3d["uncovered_branches"][0]
+    assert isinstance(branch["line"], int) and branch["condition"]  # the condition's own source line
+    assert branch["function"].startswith("QuantConv3d")  # the function holding it, by qualified name
     run = json.loads((measured / "results.json").read_text())["run"]
     assert run["tico_coverage"]["scope_totals"] == summary["scope_totals"]
     assert (measured / "tico-coverage" / "html" / "index.html").is_file()

@@ -5,11 +5,12 @@ and with ``--base`` the lines a change to tico touches that no case reaches."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from tabulate import tabulate
 
-from harness.tico_facts import branch_coverage, tico_diff
+from harness.tico_facts import branch_coverage, branch_reasons, tico_diff
 
 HELP = "tico's lines and branches a --tico-coverage run executed; --base TICO: diff coverage of a change"
 
@@ -42,9 +43,22 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--base", type=Path, default=None, help="the base tico (package dir, checkout or .whl)")
     parser.add_argument("--limit", type=int, default=40, help="unreached changed lines to list (default 40)")
+    parser.add_argument(
+        "--check-reasons",
+        action="store_true",
+        help=f"exit 1 when an untaken wrapper branch has no reason in cases/{branch_reasons.REASONS.name} "
+        "or a reason explains none",
+    )
+    parser.add_argument(
+        "--write-snapshot",
+        action="store_true",
+        help=f"record the run's untaken wrapper branches in {branch_reasons.SNAPSHOT.name} (the nightly selection)",
+    )
     args = parser.parse_args(argv)
     if len(args.where) > 1 and args.merge_into is None:
         parser.error("several report directories (shards) need --merge-into DIR")
+    if args.write_snapshot and args.merge_into is not None:
+        parser.error("--write-snapshot reads one run's results.json: merge the shards first")
     try:
         if args.merge_into is not None:
             summary = branch_coverage.merge(args.where, args.merge_into)
@@ -82,10 +96,10 @@ def main(argv: list[str]) -> int:
     if args.uncovered:
         shown = 0
         for name, entry in sorted(summary["files"].items()):
-            for start, end, condition in entry["uncovered_branches"] if name.startswith(prefix) else []:
+            for branch in entry["uncovered_branches"] if name.startswith(prefix) else []:
                 if shown < args.uncovered:
-                    target = "exit" if end < 0 else end
-                    print(f"{name[len(prefix) :]}:{start} -> {target}  {condition[:80]}")
+                    target = "exit" if branch["to"] < 0 else branch["to"]
+                    print(f"{name[len(prefix) :]}:{branch['line']} -> {target}  {branch['condition'][:80]}")
                 shown += 1
         print(f"{shown} uncovered branch(es) in {summary['scope']}")
     if args.base is not None:
@@ -95,4 +109,19 @@ def main(argv: list[str]) -> int:
             print(exc)
             return 2
         print(tico_diff.render(result, args.limit))
+    if args.write_snapshot:
+        results = args.where[0] / "results.json"
+        if not results.is_file():
+            print(f"--write-snapshot: no {results} (the run's record says which tico and selection it measured)")
+            return 2
+        run = json.loads(results.read_text())["run"]
+        document = branch_reasons.snapshot_document(summary, run)
+        branch_reasons.SNAPSHOT.write_text(json.dumps(document, indent=1) + "\n")
+        print(f"wrote {branch_reasons.SNAPSHOT.name}: {len(document['uncovered'])} untaken branch(es)")
+    if args.check_reasons:
+        found = branch_reasons.problems(branch_reasons.uncovered(summary), branch_reasons.load_reasons())
+        for line in found:
+            print(f"PROBLEM: {line}")
+        print(f"branch reasons: {len(found)} problem(s)")
+        return 1 if found else 0
     return 0

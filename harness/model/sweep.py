@@ -58,7 +58,8 @@ class Sweep:
     ``axes``: axis -> values, the first the baseline (what the case's builder and ptq_config
     default to). ``pr`` / ``nightly``: a mode of SET_MODES or a tuple of selectors; the nightly set
     always includes the PR set. ``overrides``: selector -> {Case field: value}, applied to every
-    variant the selector matches (expected failures, allowlists, limits of that variant).
+    variant the selector matches (expected failures, allowlists, limits of that variant); in a
+    mapping field a None value drops the key (an expectation whose cause the variant lacks).
     ``profiles``: the profiles the variants run at (other profiles run the baseline only).
     ``why``: axis -> the wrapper line it exercises, shown in the catalog."""
 
@@ -284,8 +285,9 @@ def _merge(case: Any, changes: Mapping[str, Any]) -> dict[str, Any]:
             for check, fields in value.items():
                 merged.setdefault(check, {}).update(fields)
             out[name] = merged
-        elif isinstance(current, Mapping):
-            out[name] = {**current, **value}
+        elif isinstance(current, Mapping):  # a None value drops the key (an expectation the variant lacks)
+            merged = {**current, **value}
+            out[name] = {key: item for key, item in merged.items() if item is not None}
         else:
             out[name] = value
     return out

@@ -88,9 +88,26 @@ def _counts(summary: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def _branch(path: Path, arc: list[int]) -> list[Any]:
-    """[from line, to line (negative: leaves the function), the condition's source line]."""
-    return [arc[0], arc[1], linecache.getline(str(path), arc[0]).strip()]
+def _branch(path: Path, arc: list[int], function: str) -> dict[str, Any]:
+    """An untaken branch: its lines (``to`` negative: it leaves the function), the function holding it
+    and the source of both lines, which name it across a refactor (harness/tico_facts/branch_reasons.py)."""
+    source = lambda line: linecache.getline(str(path), line).strip()  # noqa: E731
+    return {
+        "line": arc[0],
+        "to": arc[1],
+        "function": function,
+        "condition": source(arc[0]),
+        "target": "exit" if arc[1] < 0 else source(arc[1]),
+    }
+
+
+def _functions_of_arcs(entry: dict[str, Any]) -> dict[tuple[int, int], str]:
+    """Which function (qualified name, "" at module level) holds each untaken branch of a file."""
+    return {
+        tuple(arc): name
+        for name, part in (entry.get("functions") or {}).items()
+        for arc in part.get("missing_branches", [])
+    }
 
 
 def summarize(raw: dict[str, Any], root: Path) -> dict[str, Any]:
@@ -105,11 +122,13 @@ def summarize(raw: dict[str, Any], root: Path) -> dict[str, Any]:
             relative = path.resolve().relative_to(root).as_posix()
         except ValueError:
             continue
+        held_by = _functions_of_arcs(entry)
+        branch = lambda arc: _branch(path, arc, held_by.get(tuple(arc), ""))  # noqa: E731
         files[relative] = {
             **_counts(entry["summary"]),
             "missing_lines": entry["missing_lines"],
             "executed_lines": entry["executed_lines"],
-            "uncovered_branches": [_branch(path, arc) for arc in entry.get("missing_branches", [])],
+            "uncovered_branches": [branch(arc) for arc in entry.get("missing_branches", [])],
         }
         for function_name, part in (entry.get("functions") or {}).items():
             if function_name:
@@ -118,7 +137,7 @@ def summarize(raw: dict[str, Any], root: Path) -> dict[str, Any]:
             if class_name:
                 classes[f"{relative}::{class_name}"] = {
                     **_counts(part["summary"]),
-                    "uncovered_branches": [_branch(path, arc) for arc in part.get("missing_branches", [])],
+                    "uncovered_branches": [branch(arc) for arc in part.get("missing_branches", [])],
                 }
     return {
         "tico_root": str(root),
