@@ -1,4 +1,5 @@
-"""PTQ algorithms before wrapq: GPTQ and SmoothQuant handed to the Llama wrappers.
+"""PTQ algorithms before wrapq: GPTQ (and its FPI and model-specific variants), SmoothQuant and
+Cross-Layer Equalization handed to the Llama and Qwen3-VL wrappers.
 
 Each case runs the sequence tico's own recipe and examples run (recipes/stages/gptq.py, ptq.py;
 wrapq/examples/quantize_with_gptq.py): the algorithm on the float module through
@@ -59,6 +60,7 @@ def gptq_run(config: str = "GPTQConfig", **gptq_options):
             "UniversalGPTQConfig": "gptq",
             "FPIGPTQConfig": "fpi_gptq",
             "Qwen3VLGPTQConfig": "qwen3_vl_gptq",
+            "Gemma4GPTQConfig": "gemma4_gptq",
         }[config]
         config_cls = getattr(importlib.import_module(f"tico.quantization.config.{config_module}"), config)
 
@@ -251,6 +253,68 @@ SMOOTHQUANT = AlgorithmCapability(
 )
 
 
+# --- Cross-Layer Equalization -----------------------------------------------------------------
+
+
+def _equalizing_scale(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """Cross-layer equalization's per-channel scale (Nagel et al. 2019, section 4.1), the harness's own:
+    both layers' channel ranges r1 (first's rows) and r2 (second's columns) become sqrt(r1 * r2), so
+    the first layer's rows are multiplied by sqrt(r2 / r1) and the second layer's columns divided by it."""
+    r1 = first.abs().amax(dim=1)
+    r2 = second.abs().amax(dim=0)
+    return torch.sqrt(r2 / r1)
+
+
+def cle_run(pairs: tuple[tuple[str, str], ...] = (("up_proj", "down_proj"),)):
+    """CLE through tico's public prepare/convert (data-free: prepare is a no-op, convert rescales);
+    the record holds the weights the paper's equalization gives, computed independently of tico."""
+
+    def run(module: torch.nn.Module, calibration: tuple, call) -> AlgorithmRecord:
+        from tico.quantization import convert, prepare
+        from tico.quantization.config.cle import CLEConfig
+
+        params = dict(module.named_parameters())
+        before = {name: p.detach().clone() for name, p in params.items()}
+        with torch.no_grad():
+            float_before = [_first(call(module, sample)) for sample in calibration]
+        record = AlgorithmRecord(
+            original_weights={name[: -len(".weight")]: w for name, w in before.items() if name.endswith(".weight")},
+            layer_inputs=capture_linear_inputs(module, calibration, call),
+        )
+        scales = {}
+        for first, second in pairs:
+            scale = _equalizing_scale(before[f"{first}.weight"], before[f"{second}.weight"])
+            scales[f"{first}->{second}"] = scale
+            record.weights[first] = before[f"{first}.weight"] * scale.view(-1, 1)
+            record.weights[second] = before[f"{second}.weight"] / scale.view(1, -1)
+        prepared = prepare(module, CLEConfig(pairs=list(pairs), show_progress=False), inplace=True)
+        convert(prepared, inplace=True)
+        with torch.no_grad():
+            float_after = [_first(call(module, sample)) for sample in calibration]
+        record.float_max_rel_diff = max(
+            float((after - ref).abs().max() / ref.abs().max()) for after, ref in zip(float_after, float_before)
+        )
+        record.facts["equalizing_scale_range"] = {k: [float(v.min()), float(v.max())] for k, v in scales.items()}
+        return record
+
+    return run
+
+
+CLE = AlgorithmCapability(
+    name="cle",
+    run=cle_run(),
+    claims=("float_identity",),
+    description="Cross-Layer Equalization of up_proj -> down_proj (absmax), then wrapq's PTQConfig",
+)
+FPI_GPTQ_W8 = AlgorithmCapability(
+    name="fpi_gptq",
+    run=gptq_run("FPIGPTQConfig"),
+    handoff=gptq_handoff,
+    claims=("layer_reconstruction",),
+    description="tico's FPI-GPTQ (fixed-point iteration) with its default 8-bit grid, then wrapq's PTQConfig",
+)
+
+
 def _npu(sample: Sample) -> Sample:
     """The sample in tico's default (npu_export) RoPE convention: sin's first half negated."""
     hidden, rope = sample.args
@@ -333,6 +397,7 @@ CASES = [
         ptq_config=_w4a16_config,
         settings={"algorithm_gain": {"min_output_gain_db": 0.0}},
     ),
+    _derived("llama_mlp", "llama_cle_mlp", CLE, build=build_mlp_anisotropic),
     _derived("llama_decoder_layer_prefill", "llama_gptq_decoder_layer_prefill", GPTQ_W8, nightly=True),
     _derived(
         "llama_attention_prefill",
@@ -361,10 +426,89 @@ CASES = [
 ]
 
 
+# --- FPI-GPTQ on the whole tiny Llama causal LM (nightly) --------------------------------------
+# FPI-GPTQ names its quantizers "model.layers.<i>.<linear>" on a model and "<i>.<linear>" on anything
+# else (FPIGPTQQuantizer.convert), so it runs on a model, as its users call it.
+
+from cases import llama_model  # noqa: E402
+
+_CAUSAL_LM = {case.name: case for case in llama_model.CASES}["llama_for_causal_lm"]
+CASES.append(
+    dataclasses.replace(
+        _CAUSAL_LM,
+        name="llama_fpi_gptq_for_causal_lm",
+        sweep=None,  # the base's configuration sweep is the base's
+        algorithm=FPI_GPTQ_W8,
+        description=FPI_GPTQ_W8.description,
+        profiles=(NIGHTLY,),
+        golden_profiles=(),
+        build=lambda profile: _CAUSAL_LM.build("tiny"),
+    )
+)
+
+
+# --- Gemma4: tico's model-specific GPTQ on the whole tiny text-only causal LM (nightly) ----------
+
+from cases import gemma4_multimodal  # noqa: E402
+from harness import expect  # noqa: E402
+
+_GEMMA4_CAUSAL_LM = {case.name: case for case in gemma4_multimodal.CASES}["gemma4_for_causal_lm"]
+GEMMA4_GPTQ = AlgorithmCapability(
+    name="gemma4_gptq",
+    # the text-only setup Gemma4GPTQConfig documents for Gemma4ForCausalLM
+    run=gptq_run(
+        "Gemma4GPTQConfig",
+        quantize_vision=False,
+        quantize_vision_patch_embed=False,
+        quantize_vision_blocks=False,
+        quantize_vision_pooler=False,
+        quantize_multimodal_embedder=False,
+        language_model_attr="model",
+        text_layers_attr="model.layers",
+    ),
+    handoff=gptq_handoff,
+    claims=("layer_reconstruction",),
+    description="tico's Gemma4GPTQ (stagewise text decoder layers) on the whole causal LM, then wrapq's PTQConfig",
+)
+# Every check that runs the algorithm stage stops there (findings/tico.toml; tests/test_algorithm_findings.py).
+GEMMA4_GPTQ_VISION_TOWER = expect("gemma4-gptq-text-only-vision-tower")
+_AFTER_THE_ALGORITHM = (
+    "algorithm_gain",
+    "algorithm_handoff",
+    "attribution",
+    "calibration_coverage",
+    "circle_replay",
+    "export_contract",
+    "lifecycle",
+    "mask_quant",
+    "ptq_overrides",
+    "qparam_audit",
+    "qparam_consistency",
+    "quant_accuracy",
+    "torch_export",
+    "wrapper_registry",
+)
+CASES.append(
+    dataclasses.replace(
+        _GEMMA4_CAUSAL_LM,
+        name="gemma4_gptq_for_causal_lm",
+        sweep=None,  # the base's configuration sweep is the base's
+        algorithm=GEMMA4_GPTQ,
+        description=GEMMA4_GPTQ.description,
+        profiles=(NIGHTLY,),
+        golden_profiles=(),
+        build=lambda profile: _GEMMA4_CAUSAL_LM.build("tiny"),
+        expected_failures={
+            **_GEMMA4_CAUSAL_LM.expected_failures,
+            **{check: GEMMA4_GPTQ_VISION_TOWER for check in _AFTER_THE_ALGORITHM},
+        },
+    )
+)
+
+
 # --- Qwen3-VL: tico's model-specific GPTQ on the whole tiny model (nightly) ---------------------
 
 from cases import qwen3_vl_text  # noqa: E402
-from harness import expect  # noqa: E402
 
 _QWEN_BASE = {case.name: case for case in qwen3_vl_text.CASES}["qwen3_vl_for_conditional_generation"]
 
@@ -383,6 +527,7 @@ CASES.append(
     dataclasses.replace(
         _QWEN_BASE,
         name="qwen3_vl_gptq_for_conditional_generation",
+        sweep=None,  # the base's configuration sweep is the base's
         algorithm=QWEN3_VL_GPTQ,
         # No golden: GPTQ's sequential rounding turns kernel-selection float differences into different codes
         # on the whole model; its limits gate (docs/case-measurements.md#qwen3_vl_gptq_for_conditional_generation)

@@ -32,6 +32,7 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    Sweep,
     expect,
     first_call_kwarg,
     unwrap,
@@ -55,6 +56,36 @@ def model_config(profile: str):
     # token; this wider init ranks tokens (docs/case-measurements.md#llama-model-level-cases-the-initializer-range)
     config.initializer_range = INIT_STD
     return config
+
+
+def model_ptq_config(profile: str, config: str = "ptq"):
+    """TICO's default PTQConfig, or (``config="llm_builder"``) tico's LLM builder for the whole model:
+    int16 by default with per-layer overrides of every decoder layer, per-channel uint8 weights on
+    the layers' linears (W8A16)."""
+    from tico.quantization.config.ptq import PTQConfig
+
+    if config == "ptq":
+        return PTQConfig()
+    from tico.quantization.config.builders import build_llm_ptq_config
+    from tico.quantization.config.specs import affine
+    from tico.quantization.wrapq.dtypes import UINT8
+    from tico.quantization.wrapq.qscheme import QScheme
+
+    return build_llm_ptq_config(
+        model_type="llama",
+        num_hidden_layers=LAYERS,
+        linear_weight=affine(UINT8, qscheme=QScheme.PER_CHANNEL_ASYMM),
+    )
+
+
+# tico's LLM config builder (config/builders.py build_llm_ptq_config): overrides per decoder layer that
+# the model wrapper's layers must pick up by their module path.
+BUILDER_SWEEP = Sweep(
+    axes={"config": ("ptq", "llm_builder")},
+    why={"config": "build_llm_ptq_config's per-layer overrides (_build_llama_overrides)"},
+    pr="each",
+    nightly="all",
+)
 
 
 def token_batch(batch: int, seq: int, valid: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -239,6 +270,8 @@ CASES = [
         rotary=RotaryCapability(tables=model_rotary),
         mask=MaskCapability(probes=model_masks),
         language_model=LanguageModelCapability(token_ids=lambda s: s.kwargs["input_ids"]),
+        ptq_config=model_ptq_config,
+        sweep=BUILDER_SWEEP,
         unused_observers=UNUSED_OBSERVERS,
         expected_failures={
             "no_side_effects": TEMPLATE_COPIES,

@@ -35,6 +35,7 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    Sweep,
     expect,
     first_call_kwarg,
     unwrap,
@@ -379,13 +380,38 @@ def _mm_sample(cfg, *, generation: bool) -> Sample:
     return Sample(kwargs=kwargs)
 
 
-def _mm_ptq_config(profile: str):
-    """The static vision metadata the model wrappers require (grid, visual span start)."""
+def _mm_ptq_config(profile: str, config: str = "ptq"):
+    """The static vision metadata the model wrappers require (grid, visual span start), in a plain
+    PTQConfig or (``config="qwen3_vl_builder"``) through tico's whole-model builder, which writes an
+    override for every vision block, DeepStack merger and text layer of the model: int16 by default,
+    per-channel uint8 weights on the text and vision linears (W8A16)."""
     from tico.quantization.config.ptq import PTQConfig
 
-    return PTQConfig(
-        model_args={"vision": {"grid_thw": MM_GRID, "visual_start_idx": MM_VISUAL_START, "spatial_merge_size": 2}}
+    model_args = {"vision": {"grid_thw": MM_GRID, "visual_start_idx": MM_VISUAL_START, "spatial_merge_size": 2}}
+    if config == "ptq":
+        return PTQConfig(model_args=model_args)
+    from tico.quantization.config.builders import build_qwen3_vl_ptq_config
+    from tico.quantization.config.specs import affine
+    from tico.quantization.wrapq.dtypes import UINT8
+    from tico.quantization.wrapq.qscheme import QScheme
+
+    return build_qwen3_vl_ptq_config(
+        num_vision_blocks=2,
+        num_text_layers=2,
+        num_deepstack_mergers=2,
+        model_args=model_args,
+        linear_weight=affine(UINT8, qscheme=QScheme.PER_CHANNEL_ASYMM),
     )
+
+
+# tico's whole-model config builder (config/builders.py build_qwen3_vl_ptq_config): per-block and
+# per-layer overrides the wrappers must each pick up by their module path.
+BUILDER_SWEEP = Sweep(
+    axes={"config": ("ptq", "qwen3_vl_builder")},
+    why={"config": "build_qwen3_vl_ptq_config's per-block, per-merger and per-layer overrides"},
+    pr="each",
+    nightly="all",
+)
 
 
 def _build_mm(generation: bool, profile: str) -> Built:
@@ -709,6 +735,7 @@ CASES = [
         },
         expected_wrapper="QuantQwen3VLForConditionalGeneration",
         expected_failures={"no_side_effects": vision_and_mask_copies(), **_MM_NO_EXPORT},
+        sweep=BUILDER_SWEEP,
         **_MM_CASE,
     ),
 ]

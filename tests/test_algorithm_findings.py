@@ -161,3 +161,34 @@ def test_qwen3_vl_vision_qkv_fold_is_missing_from_the_gptq_handoff(monkeypatch):
     monkeypatch.setattr(qparams, "_validated_gptq_qparams", refolded)
     fixed = run_check(case, "algorithm_handoff", profile=algorithms.NIGHTLY)
     assert FOLD and fixed.passed, fixed.problems
+
+
+def test_gemma4_gptq_text_only_setup_validates_and_then_looks_for_a_vision_tower():
+    """Gemma4GPTQConfig's documented text-only setup for Gemma4ForCausalLM passes its own validate(),
+    and convert fails resolving 'model.vision_tower', which a causal LM does not have
+    (resolve_gemma4_components resolves every vision path whatever quantize_vision says)."""
+    from tico.quantization import convert, prepare
+    from tico.quantization.config.gemma4_gptq import Gemma4GPTQConfig
+
+    from cases import gemma4_multimodal
+
+    case = {c.name: c for c in algorithms.CASES}["gemma4_gptq_for_causal_lm"]
+    torch.manual_seed(case.seed)
+    built = gemma4_multimodal.build_causal_lm("tiny")
+    config = Gemma4GPTQConfig(
+        show_progress=False,
+        quantize_vision=False,
+        quantize_vision_patch_embed=False,
+        quantize_vision_blocks=False,
+        quantize_vision_pooler=False,
+        quantize_multimodal_embedder=False,
+        language_model_attr="model",
+        text_layers_attr="model.layers",
+    )
+    config.validate()
+    assert not hasattr(built.module.model, "vision_tower")
+    prepared = prepare(built.module, config, inplace=True)
+    for sample in built.inputs.calibration[:1]:
+        sample.call(prepared)
+    with pytest.raises(AttributeError, match=r"'model\.vision_tower'.*Gemma4TextModel"):
+        convert(prepared, inplace=True)
