@@ -125,7 +125,7 @@ CONV3D_SWEEP = Sweep(
         "bias": (True, False),
     },
     why={
-        "padding": "_parse_padding's 3-tuple (an int becomes one) / 'same' / 'valid' forms and the uneven pads they give",
+        "padding": "_parse_padding's 3-tuple (an int becomes one), 'same' and 'valid' forms, and their uneven pads",
         "stride": "the temporal and spatial output sizes and the per-time-step slicing of forward",
         "dilation": "the effective kernel of 'same' padding (_same_padding_pair) and the dilated slices",
         "groups": "the channel check and grouped conv2d per time step",
