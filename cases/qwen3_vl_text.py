@@ -150,15 +150,44 @@ def _attention_decode_sample(cfg) -> Sample:
     )
 
 
-def _build_attention(make_sample, profile: str) -> Built:
+def _build_attention(make_sample, profile: str, gqa: bool = False) -> Built:
+    """``gqa``: one K/V head for the two query heads (the tiny config has one per query head)."""
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextAttention
 
     cfg = _text_cfg(profile)
+    if gqa:
+        cfg.num_key_value_heads = 1
     module = Qwen3VLTextAttention(cfg, layer_idx=0).eval()
     calibration = tuple(make_sample(cfg) for _ in range(1 if profile == STATIC else 3))
     return Built(
         module, CaseInputs(calibration=calibration, evaluation={"default": make_sample(cfg)}), facts={"config": cfg}
     )
+
+
+def _attention_ptq_config(profile: str, attention: str = "npu_export"):
+    """tico's default PTQConfig (the npu_export attention profile: k_norm scale fusion, unrolled heads),
+    or the reference_eval profile a user picks for accuracy runs (no fusion, batched heads)."""
+    from tico.quantization.config.ptq import PTQConfig
+
+    return PTQConfig() if attention == "npu_export" else PTQConfig(model_args={"profile": attention})
+
+
+# QuantQwen3VLTextAttention (qwen_vl/quant_text_attention.py) resolves scale fusion and layout from the
+# profile (get_qwen3_vl_text_attention_options) and repeats K/V heads in the batched layout when kv_rep != 1.
+ATTENTION_SWEEP = Sweep(
+    axes={"attention": ("npu_export", "reference_eval"), "gqa": (False, True)},
+    why={
+        "attention": "scale_fusion 'k_norm' + unrolled layout, or 'none' (runtime scale) + _forward_batched",
+        "gqa": "kv_rep = heads // kv_heads: the repeat_interleave of K/V (_forward_batched) and per-group heads",
+    },
+    pr="each",
+    nightly="all",
+    overrides={
+        "attention=reference_eval": {"unused_observers": {"obs_logits_raw": None, "obs_scale": None}},
+        # with one K/V head the shared mask-add observer's site gain stays under the attribution limit
+        "gqa=True": {"expected_failures": {"attribution": None}},
+    },
+)
 
 
 def _hf_attention_decode(reference: torch.nn.Module, sample: Sample):
@@ -606,6 +635,8 @@ CASES = [
             "attribution": MASK_ADD_GAIN,
         },
         deployment_shapes={"prefill_seq_len": STATIC_SEQ},
+        ptq_config=_attention_ptq_config,
+        sweep=ATTENTION_SWEEP,
         **_COMMON,
     ),
     Case(

@@ -1,0 +1,138 @@
+"""Every branch of tico's wrappers the nightly matrix never takes has a reviewed reason
+(cases/tico_branch_reasons.toml), checked against the nightly run's snapshot (tico_branch_coverage.json);
+branches are named by function and source text, so moving tico's code changes no verdict."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.tico_facts import branch_coverage, branch_reasons, tico_identity
+from harness.tico_facts.branch_reasons import Branch, Reason
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_untaken_branch_of_the_nightly_snapshot_has_a_reason_and_no_reason_is_stale():
+    snapshot = branch_reasons.load_snapshot()
+    found = branch_reasons.problems(snapshot["uncovered"], branch_reasons.load_reasons())
+    assert found == [], "\n".join(found)
+
+
+def test_the_snapshot_was_measured_on_the_installed_tico():
+    """A snapshot of another tico's branches would explain (or flag) code this tico does not have."""
+    snapshot = branch_reasons.load_snapshot()
+    installed = tico_identity.source_fingerprint(tico_identity.package_dir())
+    assert snapshot["tico_source_sha256"] == installed, (
+        "tico changed since tico_branch_coverage.json was measured: rerun the nightly matrix with "
+        "--tico-coverage and `python -m harness tico-coverage REPORT --write-snapshot`"
+    )
+    assert "nightly" in snapshot["pytest_args"] and snapshot["uncovered"]
+
+
+def test_every_reason_states_its_kind_on_one_line():
+    kinds = ("defensive:", "unexercised:", "unreachable:", "environment:", "traced:")
+    for reason in branch_reasons.load_reasons():
+        assert reason.why.startswith(kinds) and "\n" not in reason.why, reason
+
+
+BRANCHES = [
+    Branch("nn/quant_linear.py", "QuantLinear.forward", "if self.bias is None:", "return y"),
+    Branch("nn/quant_linear.py", "QuantLinear.__init__", "if qcfg is None:", "raise ValueError(...)"),
+    Branch("fairseq/quant_mha.py", "QuantFairseqMHA.forward", "if key_padding_mask is not None:", "exit"),
+]
+REASONS = [
+    Reason("nn/quant_linear.py::QuantLinear.__init__", "defensive: no config", condition="qcfg is None"),
+    Reason("nn/*::QuantLinear.forward", "unexercised: a bias-free linear"),
+    Reason("fairseq/*", "environment: fairseq is not installed"),
+]
+
+
+def test_an_untaken_branch_without_a_reason_and_a_stale_reason_are_both_problems():
+    assert branch_reasons.problems(BRANCHES, REASONS) == []
+    new = Branch("nn/quant_layernorm.py", "QuantLayerNorm.forward", "if b is not None:", "x = x + b")
+    found = branch_reasons.problems([*BRANCHES, new], REASONS)
+    assert found == [f"untaken with no reason in tico_branch_reasons.toml: {new.label()}"]
+    # a case now takes the bias-free path: its reason explains nothing and is reported stale
+    found = branch_reasons.problems(BRANCHES[1:], REASONS)
+    assert len(found) == 1 and found[0].startswith("stale reason") and "a bias-free linear" in found[0]
+    # a condition fragment narrows an entry: the same function's other branch is not explained by it
+    other = Branch("nn/quant_linear.py", "QuantLinear.__init__", "if bias:", "self.bias = ...")
+    assert any("no reason" in line for line in branch_reasons.problems([*BRANCHES, other], REASONS))
+
+
+def test_a_malformed_reasons_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "reasons.toml"
+    bad.write_text('[[reason]]\nwhere = "nn/*"\n')
+    with pytest.raises(ValueError, match="needs 'where' and 'why'"):
+        branch_reasons.load_reasons(bad)
+    bad.write_text("[[reason]\n")
+    with pytest.raises(ValueError, match="cannot read the branch reasons"):
+        branch_reasons.load_reasons(bad)
+
+
+WRAPPER = textwrap.dedent(
+    """\
+    class QuantThing:
+        def forward(self, x, mode):
+            if mode == "a":
+                return x + 1
+            if mode == "b":
+                return x - 1
+            return x
+    """
+)
+
+
+def _untaken(tmp_path: Path, source: str) -> list[Branch]:
+    """The untaken branches coverage.py measures when a tico-like tree's wrapper runs mode 'a' only."""
+    root = tmp_path / "tico"
+    wrapper = root / branch_coverage.SCOPE / "thing.py"
+    wrapper.parent.mkdir(parents=True, exist_ok=True)
+    wrapper.write_text(source)
+    script = tmp_path / "run.py"
+    script.write_text(f"import runpy\nns = runpy.run_path({str(wrapper)!r})\nns['QuantThing']().forward(1, 'a')\n")
+    data = tmp_path / ".coverage"
+    subprocess.run(
+        [sys.executable, "-m", "coverage", "run", "--branch", f"--data-file={data}", f"--source={root}", str(script)],
+        check=True, cwd=REPO,
+    )  # fmt: skip
+    report = tmp_path / "coverage.json"
+    subprocess.run(
+        [sys.executable, "-m", "coverage", "json", f"--data-file={data}", "-o", str(report)], check=True, cwd=REPO
+    )  # outside the working directory coverage names files by absolute path, as summarize expects
+    summary = branch_coverage.summarize(json.loads(report.read_text()), root.resolve())
+    return branch_reasons.uncovered(summary)
+
+
+def test_moving_the_code_keeps_every_branch_name(tmp_path):
+    """Lines added above and inside the function move every line number; the names stay the same."""
+    before = _untaken(tmp_path / "before", WRAPPER)
+    moved = "# a licence header\n\n\n" + WRAPPER.replace("    def forward", "    # why\n\n    def forward")
+    after = _untaken(tmp_path / "after", moved)
+    assert before and before == after
+    assert Branch("thing.py", "QuantThing.forward", 'if mode == "b":', "return x - 1") in before
+
+
+def test_the_command_checks_reasons_and_exits_1_on_a_problem(tmp_path):
+    """A run whose untaken branches the reasons do not describe: every reason is stale, so the check fails."""
+    summary = {
+        "scope": branch_coverage.SCOPE,
+        "files": {},
+        "classes": {},
+        "functions": {},
+        "totals": branch_coverage.totals({}),
+        "scope_totals": branch_coverage.totals({}),
+    }
+    (tmp_path / branch_coverage.SUMMARY_NAME).write_text(json.dumps(summary))
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "tico-coverage", str(tmp_path), "--check-reasons"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "PROBLEM: stale reason (explains no untaken branch): fairseq/*" in done.stdout
