@@ -17,6 +17,8 @@ exports token ids -> logits over the static window, and the causal LM runs every
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from cases import llama
@@ -124,11 +126,38 @@ def token_inputs() -> CaseInputs:
     )
 
 
-def build_model(profile: str) -> Built:
+def _with_cache(inputs: CaseInputs) -> CaseInputs:
+    """The same samples with HF's default use_cache=True: the model builds and returns a DynamicCache."""
+    on = lambda s: dataclasses.replace(s, kwargs={**s.kwargs, "use_cache": True})  # noqa: E731
+    return CaseInputs(
+        calibration=tuple(on(s) for s in inputs.calibration),
+        evaluation={name: on(s) for name, s in inputs.evaluation.items()},
+    )
+
+
+def build_model(profile: str, use_cache: bool = False) -> Built:
     from transformers.models.llama.modeling_llama import LlamaModel
 
     config = model_config(profile)
-    return Built(LlamaModel(config), token_inputs(), facts={"config": config})
+    module = LlamaModel(config)  # before the inputs: the seeded draws keep their order
+    inputs = token_inputs()
+    return Built(module, _with_cache(inputs) if use_cache else inputs, facts={"config": config})
+
+
+# HF's models default to use_cache=True: QuantLlamaModel then builds a DynamicCache and every layer
+# appends its K/V to it (_normalize_past_key_values, the attention's _finalize_cache_output).
+CACHE_SWEEP = Sweep(
+    axes={"use_cache": (False, True)},
+    why={"use_cache": "QuantLlamaModel.forward's cache path: DynamicCache creation, per-layer update, cache output"},
+    pr="each",
+    nightly="all",
+    # the prefill with a cache feeds the new K/V observers (the past ones stay unused: no past is given)
+    overrides={
+        "use_cache=True": {
+            "unused_observers": {"*.self_attn.wrapped.obs_new_k": None, "*.self_attn.wrapped.obs_new_v": None}
+        }
+    },
+)
 
 
 def build_causal_lm(profile: str) -> Built:
@@ -242,6 +271,7 @@ CASES = [
         rotary=RotaryCapability(tables=model_rotary),
         mask=MaskCapability(probes=model_masks),
         unused_observers=UNUSED_OBSERVERS,
+        sweep=CACHE_SWEEP,
         not_applicable={check: _NO_MODEL_EXPORT for check in EXPORT_CHECKS},
         expected_failures={"no_side_effects": TEMPLATE_COPIES},
     ),

@@ -129,6 +129,7 @@ CASES = [
         MODEL,
         name="spin_llama_model",
         build=build_model,
+        sweep=None,  # llama_model's cache sweep reads its own builder's use_cache
         description="the SpinLlamaModel backbone of spin_llama_for_causal_lm through QuantLlamaModel",
         rotation_handoff=RotationHandoffCapability(
             algorithm="SpinQuant", original=lambda built: built.facts["original"], to_original=_rotate_back
@@ -139,6 +140,7 @@ CASES = [
         CAUSAL_LM,
         name="spin_llama_for_causal_lm_outliers",
         build=build_causal_lm(outliers=True),
+        sweep=None,  # the builder variant runs on spin_llama_for_causal_lm
         description=f"spin_llama_for_causal_lm with embedding channels 0..{OUTLIER_CHANNELS - 1} scaled by "
         f"{OUTLIER_SCALE:g} (residual-stream outliers): where SpinQuant claims a gain",
         rotation_handoff=dataclasses.replace(_HANDOFF_LM, claimed_sites=_in_decoder_layers),
