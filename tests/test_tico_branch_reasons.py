@@ -55,6 +55,7 @@ REASONS = [
 
 def test_an_untaken_branch_without_a_reason_and_a_stale_reason_are_both_problems():
     assert branch_reasons.problems(BRANCHES, REASONS) == []
+    assert branch_reasons.kinds(BRANCHES, REASONS) == {"defensive": 1, "unexercised": 1, "environment": 1}
     new = Branch("nn/quant_layernorm.py", "QuantLayerNorm.forward", "if b is not None:", "x = x + b")
     found = branch_reasons.problems([*BRANCHES, new], REASONS)
     assert found == [f"untaken with no reason in tico_branch_reasons.toml: {new.label()}"]

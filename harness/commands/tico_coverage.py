@@ -1,6 +1,7 @@
 """``python -m harness tico-coverage [REPORT_DIR ...] [--merge-into DIR] [--files] [--classes] [--uncovered N]
-[--base TICO]``: which of tico's lines and branches a ``--tico-coverage`` run (or its shards, merged) executed,
-and with ``--base`` the lines a change to tico touches that no case reaches."""
+[--base TICO] [--check-reasons] [--write-snapshot]``: which of tico's lines and branches a ``--tico-coverage`` run
+(or its shards, merged) executed; with ``--base`` the lines a change to tico touches that no case reaches; with
+``--check-reasons`` whether every untaken wrapper branch has a reviewed reason."""
 
 from __future__ import annotations
 
@@ -119,9 +120,11 @@ def main(argv: list[str]) -> int:
         branch_reasons.SNAPSHOT.write_text(json.dumps(document, indent=1) + "\n")
         print(f"wrote {branch_reasons.SNAPSHOT.name}: {len(document['uncovered'])} untaken branch(es)")
     if args.check_reasons:
-        found = branch_reasons.problems(branch_reasons.uncovered(summary), branch_reasons.load_reasons())
+        untaken, reasons = branch_reasons.uncovered(summary), branch_reasons.load_reasons()
+        found = branch_reasons.problems(untaken, reasons)
         for line in found:
             print(f"PROBLEM: {line}")
-        print(f"branch reasons: {len(found)} problem(s)")
+        by_kind = ", ".join(f"{kind} {n}" for kind, n in branch_reasons.kinds(untaken, reasons).items())
+        print(f"untaken wrapper branches by reason: {by_kind or 'none'}; {len(found)} problem(s)")
         return 1 if found else 0
     return 0

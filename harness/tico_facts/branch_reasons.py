@@ -97,6 +97,15 @@ def problems(branches: list[Branch], reasons: list[Reason]) -> list[str]:
     return found
 
 
+def kinds(branches: list[Branch], reasons: list[Reason]) -> dict[str, int]:
+    """How many untaken branches each kind of reason explains (the word before the reason's colon)."""
+    counts: Counter[str] = Counter()
+    for branch in branches:
+        reason = next((r for r in reasons if r.explains(branch)), None)
+        counts[reason.why.split(":", 1)[0] if reason else "(no reason)"] += 1
+    return dict(counts.most_common())
+
+
 def snapshot_document(summary: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     """The snapshot of a measured run (``run``: its results.json record): which tico, which selection,
     and its untaken branches."""
