@@ -71,7 +71,7 @@ LINEAR_SWEEP = Sweep(
 
 
 # The padding forms nn.Conv3d takes, by sweep value (a sweep value must be a plain name).
-CONV3D_PADDINGS = {"zero": 0, "int": 1, "tuple": (1, 0, 2), "same": "same", "valid": "valid"}
+CONV3D_PADDINGS = {"zero": 0, "int": 1, "tuple": (1, 0, 2), "single": (1,), "same": "same", "valid": "valid"}
 
 
 def build_conv3d(
@@ -111,8 +111,8 @@ _TEMPORAL_PADDING = {
 
 
 # QuantConv3dDecomposed (nn/quant_conv3d_decomposed.py) turns the padding into explicit per-side pads
-# (_parse_padding: a 3-tuple -- nn.Conv3d turns an int into one --, 'same' with the trailing extra of an
-# even or dilated kernel, 'valid'), pads time by concatenation and height/width evenly or with an explicit pad
+# (_parse_padding: a 3-tuple -- nn.Conv3d turns an int into one --, a 1-tuple, which it keeps as given,
+# 'same' with the trailing extra of an even or dilated kernel, 'valid'), pads time by concatenation and height/width evenly or with an explicit pad
 # (_apply_temporal_padding, _apply_conv2d_quantized), checks groups against the channels, and adds
 # the bias only when there is one. 'same' needs stride 1 (torch refuses it strided), so the
 # variants are explicit selectors: each axis value once on the PR gate, pairs with SAME padding nightly.
@@ -125,7 +125,7 @@ CONV3D_SWEEP = Sweep(
         "bias": (True, False),
     },
     why={
-        "padding": "_parse_padding's 3-tuple (an int becomes one), 'same' and 'valid' forms, and their uneven pads",
+        "padding": "_parse_padding's 3-tuple (an int becomes one), 1-tuple, 'same' and 'valid' forms, and their pads",
         "stride": "the temporal and spatial output sizes and the per-time-step slicing of forward",
         "dilation": "the effective kernel of 'same' padding (_same_padding_pair) and the dilated slices",
         "groups": "the channel check and grouped conv2d per time step",
@@ -134,6 +134,7 @@ CONV3D_SWEEP = Sweep(
     pr=(
         "padding=int",
         "padding=tuple",
+        "padding=single",
         "padding=valid",
         "padding=same,stride=one",
         "stride=one,dilation=2",
@@ -146,7 +147,7 @@ CONV3D_SWEEP = Sweep(
         "padding=tuple,stride=one,dilation=2,groups=3",
     ),
     overrides={
-        **{f"padding={form}": _TEMPORAL_PADDING for form in ("int", "tuple", "same")},
+        **{f"padding={form}": _TEMPORAL_PADDING for form in ("int", "tuple", "single", "same")},
         "bias=False": {"expected_failures": {"qparam_audit": None}},
         # one accumulator observer per output time step: the last, half-padded step's calibrated range is
         # narrow and clips one evaluation value (docs/case-measurements.md#nn_conv3d-sweep)
