@@ -112,7 +112,8 @@ def snapshot_document(summary: dict[str, Any], run: dict[str, Any]) -> dict[str,
     scope = summary["scope_totals"]
     tico = run.get("tico") or {}
     return {
-        "pytest_args": run.get("argv"),
+        # where the run wrote its report is this machine's business, not the snapshot's
+        "pytest_args": [arg for arg in run.get("argv") or [] if not arg.startswith("--wrapq-report-dir")],
         "profiles": run.get("profiles"),
         "tico_version": tico.get("version"),
         "tico_source_sha256": tico.get("source_sha256"),
