@@ -137,3 +137,42 @@ def test_the_command_checks_reasons_and_exits_1_on_a_problem(tmp_path):
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     assert "PROBLEM: stale reason (explains no untaken branch): fairseq/*" in done.stdout
+
+
+TRACED = textwrap.dedent(
+    """\
+    import sys
+    import torch
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            if torch.compiler.is_compiling():
+                y = x + 1
+            else:
+                y = x - 1
+            return y * 2
+
+    torch.export.export(M(), (torch.randn(2),), strict=sys.argv[1] == "strict")
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["strict", "non_strict"])
+def test_code_traced_by_strict_export_is_not_recorded(tmp_path, mode):
+    """Why the reason kind 'traced' exists: strict torch.export (the harness's) traces forward symbolically
+    with dynamo, so coverage records none of its lines; non-strict export runs it as Python."""
+    script = tmp_path / "traced.py"
+    script.write_text(TRACED)
+    data = tmp_path / ".coverage"
+    subprocess.run(
+        [sys.executable, "-m", "coverage", "run", "--branch", f"--data-file={data}", str(script), mode],
+        check=True, cwd=REPO, capture_output=True,
+    )  # fmt: skip
+    report = tmp_path / "coverage.json"
+    subprocess.run(
+        [sys.executable, "-m", "coverage", "json", f"--data-file={data}", "-o", str(report)],
+        check=True, cwd=REPO, capture_output=True,
+    )  # fmt: skip
+    (entry,) = json.loads(report.read_text())["files"].values()
+    forward = entry["functions"]["M.forward"]
+    assert bool(forward["executed_lines"]) is (mode == "non_strict"), forward
