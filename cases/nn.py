@@ -114,8 +114,9 @@ _TEMPORAL_PADDING = {
 # (_parse_padding: a 3-tuple -- nn.Conv3d turns an int into one --, a 1-tuple, which it keeps as given,
 # 'same' with the trailing extra of an even or dilated kernel, 'valid'), pads time by concatenation and
 # height/width evenly or with an explicit pad (_apply_temporal_padding, _apply_conv2d_quantized), checks
-# groups against the channels, and adds the bias only when there is one. 'same' needs stride 1 (torch refuses it strided), so the
-# variants are explicit selectors: each axis value once on the PR gate, pairs with SAME padding nightly.
+# groups against the channels, and adds the bias only when there is one. 'same' needs stride 1 (torch
+# refuses it strided), so the variants are explicit selectors: each axis value once on the PR gate, pairs
+# with SAME padding nightly.
 CONV3D_SWEEP = Sweep(
     axes={
         "padding": tuple(CONV3D_PADDINGS),
