@@ -28,7 +28,7 @@ import dataclasses
 
 import torch
 
-from cases import llama
+from cases import gemma4_multimodal, llama, llama_model, qwen3_vl_text
 from harness import (
     AlgorithmCapability,
     AlgorithmRecord,
@@ -37,6 +37,7 @@ from harness import (
     Sample,
     WeightGrid,
     capture_linear_inputs,
+    expect,
     merged_settings,
 )
 
@@ -430,8 +431,6 @@ CASES = [
 # FPI-GPTQ names its quantizers "model.layers.<i>.<linear>" on a model and "<i>.<linear>" on anything
 # else (FPIGPTQQuantizer.convert), so it runs on a model, as its users call it.
 
-from cases import llama_model  # noqa: E402
-
 _CAUSAL_LM = {case.name: case for case in llama_model.CASES}["llama_for_causal_lm"]
 CASES.append(
     dataclasses.replace(
@@ -448,9 +447,6 @@ CASES.append(
 
 
 # --- Gemma4: tico's model-specific GPTQ on the whole tiny text-only causal LM (nightly) ----------
-
-from cases import gemma4_multimodal  # noqa: E402
-from harness import expect  # noqa: E402
 
 _GEMMA4_CAUSAL_LM = {case.name: case for case in gemma4_multimodal.CASES}["gemma4_for_causal_lm"]
 GEMMA4_GPTQ = AlgorithmCapability(
@@ -507,8 +503,6 @@ CASES.append(
 
 
 # --- Qwen3-VL: tico's model-specific GPTQ on the whole tiny model (nightly) ---------------------
-
-from cases import qwen3_vl_text  # noqa: E402
 
 _QWEN_BASE = {case.name: case for case in qwen3_vl_text.CASES}["qwen3_vl_for_conditional_generation"]
 
