@@ -80,12 +80,17 @@ def load_reasons(path: Path = REASONS) -> list[Reason]:
     return reasons
 
 
+def explaining(branch: Branch, reasons: list[Reason]) -> Reason | None:
+    """The first reason that explains ``branch``, or None."""
+    return next((r for r in reasons if r.explains(branch)), None)
+
+
 def problems(branches: list[Branch], reasons: list[Reason]) -> list[str]:
     """What the untaken branches and the reasons disagree on (empty: they agree)."""
     used: Counter[Reason] = Counter()
     found = []
     for branch in branches:
-        reason = next((r for r in reasons if r.explains(branch)), None)
+        reason = explaining(branch, reasons)
         if reason is None:
             found.append(f"untaken with no reason in {REASONS.name}: {branch.label()}")
         else:
@@ -101,7 +106,7 @@ def kinds(branches: list[Branch], reasons: list[Reason]) -> dict[str, int]:
     """How many untaken branches each kind of reason explains (the word before the reason's colon)."""
     counts: Counter[str] = Counter()
     for branch in branches:
-        reason = next((r for r in reasons if r.explains(branch)), None)
+        reason = explaining(branch, reasons)
         counts[reason.why.split(":", 1)[0] if reason else "(no reason)"] += 1
     return dict(counts.most_common())
 
