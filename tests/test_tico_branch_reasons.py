@@ -176,3 +176,10 @@ def test_code_traced_by_strict_export_is_not_recorded(tmp_path, mode):
     (entry,) = json.loads(report.read_text())["files"].values()
     forward = entry["functions"]["M.forward"]
     assert bool(forward["executed_lines"]) is (mode == "non_strict"), forward
+
+
+def test_a_summary_from_before_branch_names_is_refused_with_what_to_do(tmp_path):
+    old = {"files": {"quantization/wrapq/wrappers/x.py": {"uncovered_branches": [[3, 4, "if a:"]]}}}
+    (tmp_path / branch_coverage.SUMMARY_NAME).write_text(json.dumps(old))
+    with pytest.raises(FileNotFoundError, match="predates branch names by function: rerun, or re-summarise"):
+        branch_coverage.load(tmp_path)

@@ -207,7 +207,14 @@ def load(where: Path) -> dict[str, Any]:
     """A run's summary, from its report directory, its tico-coverage directory or the JSON file."""
     for candidate in (where, where / SUMMARY_NAME, where / "tico-coverage" / SUMMARY_NAME):
         if candidate.is_file():
-            return json.loads(candidate.read_text())
+            summary = json.loads(candidate.read_text())
+            if any(isinstance(b, list) for f in summary["files"].values() for b in f["uncovered_branches"]):
+                # a summary written before branches were named by function: its data can be summarised again
+                raise FileNotFoundError(
+                    f"{candidate} predates branch names by function: rerun, or re-summarise its data with "
+                    f"python -m harness tico-coverage {candidate.parent} --merge-into DIR"
+                )
+            return summary
     raise FileNotFoundError(
         f"no {SUMMARY_NAME} under {where}: run the matrix with --tico-coverage (it writes "
         f"<report dir>/tico-coverage/{SUMMARY_NAME})"
