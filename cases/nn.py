@@ -150,9 +150,10 @@ CONV3D_SWEEP = Sweep(
     overrides={
         **{f"padding={form}": _TEMPORAL_PADDING for form in ("int", "tuple", "single", "same")},
         "bias=False": {"expected_failures": {"qparam_audit": None}},
-        # one accumulator observer per output time step: the last, half-padded step's calibrated range is
-        # narrow and clips one evaluation value (docs/case-measurements.md#nn_conv3d-sweep)
-        "stride=one,dilation=2": {"settings": {"quant_accuracy": {"max_peir": 0.13}}},
+        # one accumulator observer per output time step: with time padding and dilation the last, half-padded
+        # step's calibrated range is narrow and clips one evaluation value (docs/case-measurements.md#nn_conv3d-sweep)
+        "padding=same,dilation=2": {"settings": {"quant_accuracy": {"max_peir": 0.13}}},
+        "padding=tuple,dilation=2": {"settings": {"quant_accuracy": {"max_peir": 0.077}}},
         "padding=same,bias=False": {
             "expected_failures": {
                 "qparam_audit": expect("conv3d-temporal-padding-float-zeros", check="qparam_audit"),
