@@ -431,37 +431,45 @@ CASES = [
 # FPI-GPTQ names its quantizers "model.layers.<i>.<linear>" on a model and "<i>.<linear>" on anything
 # else (FPIGPTQQuantizer.convert), so it runs on a model, as its users call it.
 
-_CAUSAL_LM = {case.name: case for case in llama_model.CASES}["llama_for_causal_lm"]
-CASES.append(
-    dataclasses.replace(
-        _CAUSAL_LM,
-        name="llama_fpi_gptq_for_causal_lm",
+
+def _whole_model(base, name: str, algorithm: AlgorithmCapability, **changes):
+    """A model-level case run nightly at its tiny sizes with an algorithm before wrapq. No golden: GPTQ's
+    sequential rounding turns kernel-selection float differences into different codes on a whole model;
+    its limits gate (docs/case-measurements.md#qwen3_vl_gptq_for_conditional_generation)."""
+    return dataclasses.replace(
+        base,
+        name=name,
         sweep=None,  # the base's configuration sweep is the base's
-        algorithm=FPI_GPTQ_W8,
-        description=FPI_GPTQ_W8.description,
+        algorithm=algorithm,
+        description=algorithm.description,
         profiles=(NIGHTLY,),
         golden_profiles=(),
-        build=lambda profile: _CAUSAL_LM.build("tiny"),
+        build=lambda profile: base.build("tiny"),
+        **changes,
     )
-)
+
+
+_CAUSAL_LM = {case.name: case for case in llama_model.CASES}["llama_for_causal_lm"]
+CASES.append(_whole_model(_CAUSAL_LM, "llama_fpi_gptq_for_causal_lm", FPI_GPTQ_W8))
 
 
 # --- Gemma4: tico's model-specific GPTQ on the whole tiny text-only causal LM (nightly) ----------
 
 _GEMMA4_CAUSAL_LM = {case.name: case for case in gemma4_multimodal.CASES}["gemma4_for_causal_lm"]
+# The text-only setup Gemma4GPTQConfig documents for Gemma4ForCausalLM (its vision stage switches off, as
+# validate() requires with quantize_vision=False).
+GEMMA4_TEXT_ONLY_GPTQ = dict(
+    quantize_vision=False,
+    quantize_vision_patch_embed=False,
+    quantize_vision_blocks=False,
+    quantize_vision_pooler=False,
+    quantize_multimodal_embedder=False,
+    language_model_attr="model",
+    text_layers_attr="model.layers",
+)
 GEMMA4_GPTQ = AlgorithmCapability(
     name="gemma4_gptq",
-    # the text-only setup Gemma4GPTQConfig documents for Gemma4ForCausalLM
-    run=gptq_run(
-        "Gemma4GPTQConfig",
-        quantize_vision=False,
-        quantize_vision_patch_embed=False,
-        quantize_vision_blocks=False,
-        quantize_vision_pooler=False,
-        quantize_multimodal_embedder=False,
-        language_model_attr="model",
-        text_layers_attr="model.layers",
-    ),
+    run=gptq_run("Gemma4GPTQConfig", **GEMMA4_TEXT_ONLY_GPTQ),
     handoff=gptq_handoff,
     claims=("layer_reconstruction",),
     description="tico's Gemma4GPTQ (stagewise text decoder layers) on the whole causal LM, then wrapq's PTQConfig",
@@ -485,15 +493,10 @@ _AFTER_THE_ALGORITHM = (
     "wrapper_registry",
 )
 CASES.append(
-    dataclasses.replace(
+    _whole_model(
         _GEMMA4_CAUSAL_LM,
-        name="gemma4_gptq_for_causal_lm",
-        sweep=None,  # the base's configuration sweep is the base's
-        algorithm=GEMMA4_GPTQ,
-        description=GEMMA4_GPTQ.description,
-        profiles=(NIGHTLY,),
-        golden_profiles=(),
-        build=lambda profile: _GEMMA4_CAUSAL_LM.build("tiny"),
+        "gemma4_gptq_for_causal_lm",
+        GEMMA4_GPTQ,
         expected_failures={
             **_GEMMA4_CAUSAL_LM.expected_failures,
             **{check: GEMMA4_GPTQ_VISION_TOWER for check in _AFTER_THE_ALGORITHM},
@@ -518,17 +521,10 @@ QWEN3_VL_GPTQ = AlgorithmCapability(
 QWEN_VISION_QKV_FOLD = expect("qwen3-vl-vision-qkv-fold-gptq")
 
 CASES.append(
-    dataclasses.replace(
+    _whole_model(
         _QWEN_BASE,
-        name="qwen3_vl_gptq_for_conditional_generation",
-        sweep=None,  # the base's configuration sweep is the base's
-        algorithm=QWEN3_VL_GPTQ,
-        # No golden: GPTQ's sequential rounding turns kernel-selection float differences into different codes
-        # on the whole model; its limits gate (docs/case-measurements.md#qwen3_vl_gptq_for_conditional_generation)
-        description=QWEN3_VL_GPTQ.description,
-        profiles=(NIGHTLY,),
-        golden_profiles=(),
-        build=lambda profile: _QWEN_BASE.build("tiny"),
+        "qwen3_vl_gptq_for_conditional_generation",
+        QWEN3_VL_GPTQ,
         expected_failures={**_QWEN_BASE.expected_failures, "algorithm_handoff": QWEN_VISION_QKV_FOLD},
         not_applicable={
             **_QWEN_BASE.not_applicable,

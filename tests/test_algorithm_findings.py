@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from cases import algorithms, llama
+from cases import algorithms, gemma4_multimodal, llama
 from tests.helpers import run_check
 
 GPTQ_MLP = {case.name: case for case in algorithms.CASES}["llama_gptq_mlp_w4a16"]
@@ -170,21 +170,10 @@ def test_gemma4_gptq_text_only_setup_validates_and_then_looks_for_a_vision_tower
     from tico.quantization import convert, prepare
     from tico.quantization.config.gemma4_gptq import Gemma4GPTQConfig
 
-    from cases import gemma4_multimodal
-
     case = {c.name: c for c in algorithms.CASES}["gemma4_gptq_for_causal_lm"]
     torch.manual_seed(case.seed)
     built = gemma4_multimodal.build_causal_lm("tiny")
-    config = Gemma4GPTQConfig(
-        show_progress=False,
-        quantize_vision=False,
-        quantize_vision_patch_embed=False,
-        quantize_vision_blocks=False,
-        quantize_vision_pooler=False,
-        quantize_multimodal_embedder=False,
-        language_model_attr="model",
-        text_layers_attr="model.layers",
-    )
+    config = Gemma4GPTQConfig(show_progress=False, **algorithms.GEMMA4_TEXT_ONLY_GPTQ)
     config.validate()
     assert not hasattr(built.module.model, "vision_tower")
     prepared = prepare(built.module, config, inplace=True)
