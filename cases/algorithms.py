@@ -65,36 +65,47 @@ def gptq_run(config: str = "GPTQConfig", **gptq_options):
         }[config]
         config_cls = getattr(importlib.import_module(f"tico.quantization.config.{config_module}"), config)
 
-        modules = dict(module.named_modules())
-        linears = {name: m for name, m in modules.items() if isinstance(m, torch.nn.Linear)}
-        record = AlgorithmRecord(
-            original_weights={name: m.weight.detach().clone() for name, m in linears.items()},
-            # On one layer tico's GPTQ hooks every linear in one pass over the float layer, so each
-            # linear's calibration input is the float one captured here. On a whole model
-            # (Qwen3VLGPTQ) a later layer's GPTQ reads the quantized outputs of the layers before
-            # it: algorithm_gain then measures it on the float inputs, a nearby objective.
-            layer_inputs=capture_linear_inputs(module, calibration, call),
-        )
+        record = gptq_record(module, calibration, call)
         prepared = prepare(module, config_cls(show_progress=False, **gptq_options), inplace=True)
         for sample in calibration:
             call(prepared, sample)
         convert(prepared, inplace=True)
-        for name, quantizer in module.quantizers.items():
-            if name not in modules:
-                raise KeyError(
-                    f"{config} named a quantized module {name!r} the module does not have "
-                    f"(its linears: {sorted(linears)})"
-                )
-            record.grids[name] = WeightGrid(
-                scale=quantizer.scale.detach().reshape(-1).clone(),
-                zero_point=quantizer.zero.detach().reshape(-1).clone(),
-                qmax=int(quantizer.maxq),
-            )
-            record.weights[name] = modules[name].weight.detach().clone()
+        record_gptq_grids(module, record, config)
         record.facts["gptq_config"] = {"class": config, **gptq_options}
         return record
 
     return run
+
+
+def gptq_record(module: torch.nn.Module, calibration: tuple, call) -> AlgorithmRecord:
+    """A GPTQ record's inputs, taken before GPTQ changes the weights: the original weights and the
+    float input each linear sees (what ``algorithm_gain`` measures GPTQ's reconstruction on)."""
+    linears = {name: m for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
+    return AlgorithmRecord(
+        original_weights={name: m.weight.detach().clone() for name, m in linears.items()},
+        # On one layer tico's GPTQ hooks every linear in one pass over the float layer, so each
+        # linear's calibration input is the float one captured here. On a whole model
+        # (Qwen3VLGPTQ) a later layer's GPTQ reads the quantized outputs of the layers before
+        # it: algorithm_gain then measures it on the float inputs, a nearby objective.
+        layer_inputs=capture_linear_inputs(module, calibration, call),
+    )
+
+
+def record_gptq_grids(module: torch.nn.Module, record: AlgorithmRecord, label: str) -> None:
+    """The grid and output weight of every linear GPTQ quantized (``module.quantizers``, by module name)."""
+    modules = dict(module.named_modules())
+    for name, quantizer in module.quantizers.items():
+        if name not in modules:
+            linears = sorted(n for n, m in modules.items() if isinstance(m, torch.nn.Linear))
+            raise KeyError(
+                f"{label} named a quantized module {name!r} the module does not have (its linears: {linears})"
+            )
+        record.grids[name] = WeightGrid(
+            scale=quantizer.scale.detach().reshape(-1).clone(),
+            zero_point=quantizer.zero.detach().reshape(-1).clone(),
+            qmax=int(quantizer.maxq),
+        )
+        record.weights[name] = modules[name].weight.detach().clone()
 
 
 def gptq_handoff(prepared: torch.nn.Module, module: torch.nn.Module, record: AlgorithmRecord) -> None:
@@ -432,7 +443,7 @@ CASES = [
 # else (FPIGPTQQuantizer.convert), so it runs on a model, as its users call it.
 
 
-def _whole_model(base, name: str, algorithm: AlgorithmCapability, **changes):
+def nightly_whole_model(base, name: str, algorithm: AlgorithmCapability, **changes):
     """A model-level case run nightly at its tiny sizes with an algorithm before wrapq. No golden: GPTQ's
     sequential rounding turns kernel-selection float differences into different codes on a whole model;
     its limits gate (docs/case-measurements.md#qwen3_vl_gptq_for_conditional_generation)."""
@@ -450,7 +461,7 @@ def _whole_model(base, name: str, algorithm: AlgorithmCapability, **changes):
 
 
 _CAUSAL_LM = {case.name: case for case in llama_model.CASES}["llama_for_causal_lm"]
-CASES.append(_whole_model(_CAUSAL_LM, "llama_fpi_gptq_for_causal_lm", FPI_GPTQ_W8))
+CASES.append(nightly_whole_model(_CAUSAL_LM, "llama_fpi_gptq_for_causal_lm", FPI_GPTQ_W8))
 
 
 # --- Gemma4: tico's model-specific GPTQ on the whole tiny text-only causal LM (nightly) ----------
@@ -493,7 +504,7 @@ _AFTER_THE_ALGORITHM = (
     "wrapper_registry",
 )
 CASES.append(
-    _whole_model(
+    nightly_whole_model(
         _GEMMA4_CAUSAL_LM,
         "gemma4_gptq_for_causal_lm",
         GEMMA4_GPTQ,
@@ -521,7 +532,7 @@ QWEN3_VL_GPTQ = AlgorithmCapability(
 QWEN_VISION_QKV_FOLD = expect("qwen3-vl-vision-qkv-fold-gptq")
 
 CASES.append(
-    _whole_model(
+    nightly_whole_model(
         _QWEN_BASE,
         "qwen3_vl_gptq_for_conditional_generation",
         QWEN3_VL_GPTQ,
