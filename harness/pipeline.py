@@ -294,6 +294,11 @@ class Pipeline(StageEngine):
             lambda: self.case.output(self.export_record.output()).detach(),
         )
 
+    def exported_program_output_leaves(self) -> list[torch.Tensor]:
+        """Every tensor the torch.export program returns, flattened as the adapter's are."""
+        leaves, _ = compat.tree_flatten(self.export_record.output())
+        return [leaf.detach() for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
     @property
     def circle(self) -> Any:
         """tico's Circle conversion of the exported program (kept as a .circle artifact), or the
@@ -323,7 +328,16 @@ class Pipeline(StageEngine):
                 raise ValueError(
                     f"the Circle model has {len(outputs)} outputs, the export adapter returns {len(references)} tensors"
                 )
-            return [torch.from_numpy(np.asarray(out)).reshape(ref.shape) for out, ref in zip(outputs, references)]
+            shaped = []
+            for index, (out, ref) in enumerate(zip(outputs, references)):
+                array = np.asarray(out)
+                if array.size != ref.numel():
+                    raise ValueError(
+                        f"Circle output {index} has shape {tuple(array.shape)}, the export adapter's tensor "
+                        f"{tuple(ref.shape)}"
+                    )
+                shaped.append(torch.from_numpy(array).reshape(ref.shape))
+            return shaped
 
         return self._stage(f"circle_replay[{mode}]", compute)
 

@@ -90,6 +90,27 @@ def test_torch_export_catches_export_only_branch(monkeypatch):
     assert "torch.export program vs eager export adapter [default]: not close (atol=0" in problems_text(result)
 
 
+def test_torch_export_compares_every_output_not_only_the_first(monkeypatch):
+    """A wrapper whose second output (sin here, as a decode step's new K/V would be) changes only while
+    it is traced: the first output agrees, and the second is named."""
+    from wrapq_vision_rotary.quant_vision_rotary_embedding import QuantQwen3VLVisionRotaryEmbedding
+
+    from examples.qwen3_vl_vision_rotary.cases.qwen3_vl_vision_rotary_embedding import CASE as ROTARY
+
+    clean = run_clean_check(ROTARY, "torch_export")
+    assert clean.passed and clean.metrics["outputs"] == 2, problems_text(clean)
+    original = QuantQwen3VLVisionRotaryEmbedding.forward
+
+    def export_only_second_output(self, x, position_ids):
+        cos, sin = original(self, x, position_ids)
+        return cos, (sin[..., :1] if torch.compiler.is_exporting() else sin)
+
+    monkeypatch.setattr(QuantQwen3VLVisionRotaryEmbedding, "forward", export_only_second_output)
+    result = run_check(ROTARY, "torch_export")
+    text = problems_text(result)
+    assert "[default], output 1 of 2: shape" in text and "output 0 of 2" not in text, text
+
+
 def test_circle_replay_catches_serialized_zero_point_off_by_one(monkeypatch):
     serialize_zero_points_off_by_one(monkeypatch)
     result = run_check(VISION_ENCODER, "circle_replay")

@@ -1,6 +1,7 @@
 """The export adapter (eager, QUANT) vs its torch.export program: tracing must not change the
-computation. The program is exported once per case and reused by the Circle and audit checks;
-on a rerun whose adapter executes exactly as before, its recorded output and facts are reused
+computation, of any output the adapter returns (a decode step's new K/V as well as its logits).
+The program is exported once per case and reused by the Circle and audit checks; on a rerun whose
+adapter executes exactly as before, its recorded output and facts are reused
 (harness/export/export_reuse.py)."""
 
 from dataclasses import dataclass
@@ -30,13 +31,37 @@ def run(pipeline) -> CheckResult:
     result.evidence[name] = metrics
     if "max_abs_diff" in metrics:
         result.metrics["max_abs_diff"] = metrics["max_abs_diff"]
+    if problem:
+        result.fail(problem)
+    _compare_every_output(pipeline, result, name, atol)
     record = pipeline.export_record
     result.metrics["graph_nodes"] = record.graph_nodes
     result.evidence["export_cache"] = record.status
     result.notes += record.notes
-    if problem:
-        result.fail(problem)
     return result
+
+
+def _compare_every_output(pipeline, result: CheckResult, name: str, atol: float) -> None:
+    """Each tensor the adapter returns against the program's, in torch.export's flattened order."""
+    eager = pipeline.export_output_leaves("quant", name)
+    traced = pipeline.exported_program_output_leaves()
+    if len(eager) != len(traced):
+        result.fail(f"the torch.export program returns {len(traced)} tensors, the eager export adapter {len(eager)}")
+        return
+    worst = 0.0
+    for index, (expected, actual) in enumerate(zip(eager, traced)):
+        metrics, problem = compare_close(
+            f"torch.export program vs eager export adapter [{name}], output {index} of {len(eager)}",
+            expected,
+            actual,
+            atol=atol,
+            rtol=0.0,
+        )
+        worst = max(worst, metrics.get("max_abs_diff", 0.0))
+        if problem:
+            result.fail(problem)
+    result.metrics["outputs"] = len(eager)
+    result.metrics["max_abs_diff_every_output"] = worst
 
 
 CHECK = Check(
@@ -47,6 +72,7 @@ CHECK = Check(
     settings=Settings,
     metrics=(
         Metric("max_abs_diff", label="export max |diff|"),
+        Metric("max_abs_diff_every_output", label="export max |diff|, every output"),
         Metric("graph_nodes", better=None, label="graph nodes"),
     ),
 )
