@@ -274,19 +274,90 @@ def _hf_layer_decode(reference: torch.nn.Module, sample: Sample):
 # -- text model -----------------------------------------------------------------------------------
 
 
-def build_text_model(profile: str) -> Built:
+# PTQConfig.attention_mask_fill_value's default: the additive fill the wrapper builds its own masks with.
+MASK_FILL = -120.0
+# Left padding of the second row in the masked variants, as batched generation pads: with right padding a
+# causal model's valid tokens never see the padded keys, so a mask form read wrongly would change nothing.
+PADDED_TOKENS = 3
+
+
+def text_model_mask(keys: torch.Tensor, form: str) -> torch.Tensor:
+    """The (B, S) key-validity mask in one of the forms QuantQwen3VLTextModel accepts: 2-D long, bool or
+    float padding masks, or the full 4-D (B, 1, S, S) causal-and-padding mask as bool or additive float."""
+    if form.endswith("_2d"):
+        return keys.to({"long_2d": torch.long, "bool_2d": torch.bool, "float_2d": torch.float32}[form])
+    seq = keys.shape[-1]
+    allowed = torch.ones(seq, seq, dtype=torch.bool).tril()[None, None] & keys.to(torch.bool)[:, None, None, :]
+    if form == "bool_4d":
+        return allowed
+    if form == "float_4d":
+        return torch.zeros(allowed.shape).masked_fill(~allowed, MASK_FILL)
+    raise ValueError(f"unknown mask form {form!r}")
+
+
+def _hf_padding_mask(mask: torch.Tensor) -> torch.Tensor:
+    """The (B, S) long padding mask a 2-D or causal-and-padding 4-D mask stands for (the 4-D mask's last
+    query row sees every valid key), as HF takes it."""
+    if mask.dim() == 4:
+        last_row = mask[:, 0, -1, :]
+        return (last_row if last_row.dtype == torch.bool else last_row == 0).to(torch.long)
+    return (mask != 0).to(torch.long)
+
+
+def build_text_model(profile: str, mask: str = "none") -> Built:
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextModel
 
     if profile != "tiny":
         raise ValueError(f"unknown Qwen3-VL text-model profile {profile!r} (TICO runs it at tiny widths only)")
     cfg = _text_cfg(profile)
     module = Qwen3VLTextModel(cfg).eval()
-    sample = lambda: Sample(kwargs={"input_ids": torch.randint(0, cfg.vocab_size, (1, SEQ)), "use_cache": False})  # noqa: E731
+    if mask == "none":
+        sample = lambda: Sample(kwargs={"input_ids": torch.randint(0, cfg.vocab_size, (1, SEQ)), "use_cache": False})  # noqa: E731
+    else:
+        keys = torch.ones(2, SEQ, dtype=torch.long)
+        keys[1, :PADDED_TOKENS] = 0
+        sample = lambda: Sample(  # noqa: E731
+            kwargs={
+                "input_ids": torch.randint(0, cfg.vocab_size, (2, SEQ)),
+                "attention_mask": text_model_mask(keys, mask),
+                "use_cache": False,
+            },
+            valid_tokens=keys.to(torch.bool),
+        )
     return Built(
         module,
         CaseInputs(calibration=tuple(sample() for _ in range(3)), evaluation={"default": sample()}),
         facts={"config": cfg},
     )
+
+
+def _hf_text_model(reference: torch.nn.Module, sample: Sample):
+    """HF takes the padding mask the wrapper's form stands for."""
+    kwargs = dict(sample.kwargs)
+    if kwargs.get("attention_mask") is not None:
+        kwargs["attention_mask"] = _hf_padding_mask(kwargs["attention_mask"])
+    return reference(**kwargs)
+
+
+# QuantQwen3VLTextModel._normalize_attention_mask's forms: 2-D padding masks as long, bool or float, and full
+# 4-D masks as bool or additive float (returned as given).
+# Every form but the additive float one inverts a bool mask with ~, which Circle conversion refuses
+# (findings/tico.toml; tests/test_qwen3_vl_text_mask.py).
+_MASK_NOT_CONVERTIBLE = expect("qwen3-vl-text-mask-bitwise-not")
+TEXT_MODEL_MASK_SWEEP = Sweep(
+    axes={"mask": ("none", "long_2d", "bool_2d", "float_2d", "bool_4d", "float_4d")},
+    why={"mask": "QuantQwen3VLTextModel._normalize_attention_mask's 2-D dtypes and 4-D forms"},
+    pr=("mask=long_2d", "mask=float_4d"),
+    nightly="each",
+    overrides={
+        f"mask={form}": {
+            "expected_failures": {
+                check: _MASK_NOT_CONVERTIBLE for check in ("circle_replay", "qparam_audit", "qparam_consistency")
+            }
+        }
+        for form in ("long_2d", "bool_2d", "float_2d", "bool_4d")
+    },
+)
 
 
 def _text_model_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, built: Built) -> list[RotaryTables]:
@@ -296,7 +367,8 @@ def _text_model_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, bui
     cfg = built.facts["config"]
     window = torch.arange(cfg.max_position_embeddings).expand(3, 1, -1)
     sample = built.inputs.evaluation["default"]
-    reference_eager = hf_text_rope(cfg, torch.arange(SEQ).expand(3, 1, -1))
+    batch = sample.kwargs["input_ids"].shape[0]
+    reference_eager = hf_text_rope(cfg, torch.arange(SEQ).expand(3, batch, -1))
     eager = first_call_kwarg(wrapped, model.layers[0], sample.call, "position_embeddings")
     model.force_export = True
     try:
@@ -315,7 +387,7 @@ def _text_model_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
     mask whose last 2 tokens are padding."""
     model = unwrap(root)
     fill = float(model.qcfg.attention_mask_fill_value)
-    ids = built.inputs.evaluation["default"].kwargs["input_ids"]
+    ids = built.inputs.evaluation["default"].kwargs["input_ids"][:1]
     keep = torch.ones(1, SEQ, dtype=torch.long)
     keep[:, -2:] = 0
     causal = torch.ones(SEQ, SEQ, dtype=torch.bool).tril()[None]
@@ -711,9 +783,16 @@ CASES = [
     Case(
         name="qwen3_vl_text_model",
         build=build_text_model,
+        reference_call=_hf_text_model,
+        sweep=TEXT_MODEL_MASK_SWEEP,
         expected_wrapper="QuantQwen3VLTextModel",
+        # the masked variants export the mask as an input too
         export=ExportCapability(
-            adapter=lambda root, sample, built: root, args=lambda s: (s.kwargs["input_ids"],), refuses_calib=False
+            adapter=lambda root, sample, built: root,
+            args=lambda s: (
+                (s.kwargs["input_ids"],) + ((s.kwargs["attention_mask"],) if "attention_mask" in s.kwargs else ())
+            ),
+            refuses_calib=False,
         ),
         # Limits: the measured figures with margin; Circle's GATHER keeps the table's per-row quantization, and
         # aligned to that circle_replay is the one-flip floor (docs/case-measurements.md#qwen3_vl_text_model)
