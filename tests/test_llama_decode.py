@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from unittest import mock
 
+import pytest
 import torch
 
 from cases import llama_model, llama_model_decode
@@ -72,3 +73,15 @@ def test_the_eager_decode_adapter_returns_the_past_it_was_given_as_the_new_kv():
     for (k, v), (traced_k, traced_v) in zip(fixed_kv, traced_kv, strict=True):
         torch.testing.assert_close(k, traced_k, rtol=0, atol=0)
         torch.testing.assert_close(v, traced_v, rtol=0, atol=0)
+
+
+def test_generate_on_the_quantized_causal_lm_stops_in_transformers_decode_setup():
+    """Why no case calls generate() (docs/tico-coverage.md): QuantLlamaForCausalLM mixes in HF's GenerationMixin
+    without being a PreTrainedModel, and on the pinned transformers generate() first asks the model for
+    get_experts_implementation, which only PreTrainedModel defines."""
+    _, quantized = _calibrated_causal_lm()
+    ids = torch.randint(0, llama_model.VOCAB, (1, llama_model_decode.PROMPT))
+    with pytest.raises(
+        AttributeError, match="'QuantLlamaForCausalLM' object has no attribute 'get_experts_implementation'"
+    ):
+        quantized.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=2, do_sample=False)
