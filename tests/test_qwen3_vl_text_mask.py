@@ -9,6 +9,10 @@ import pytest
 import torch
 
 from cases import qwen3_vl_text
+from harness.model.sweep import expand, make_variant
+from tests.helpers import problems_text, run_check
+
+TEXT_MODEL = {case.name: case for case in qwen3_vl_text.CASES}["qwen3_vl_text_model"]
 
 
 def _wrapped_text_model():
@@ -27,6 +31,23 @@ def test_every_mask_form_stands_for_the_same_padding(form):
     keys[1, : qwen3_vl_text.PADDED_TOKENS] = 0
     mask = qwen3_vl_text.text_model_mask(keys, form)
     assert torch.equal(qwen3_vl_text._hf_padding_mask(mask), keys)
+
+
+def test_a_text_model_that_ignores_the_padding_mask_fails_the_masked_variant(monkeypatch):
+    """The left-padded row's valid tokens see the padded keys when the mask is dropped (a realistic mask defect:
+    the wrapper keeps only its causal template); quant_accuracy against HF catches it, on the form users pass most."""
+    from tico.quantization.wrapq.wrappers.qwen_vl.quant_text_model import QuantQwen3VLTextModel
+
+    variant = expand(TEXT_MODEL, make_variant(TEXT_MODEL.sweep, {"mask": "long_2d"}))
+    assert run_check(variant, "quant_accuracy").passed
+    original = QuantQwen3VLTextModel._normalize_attention_mask
+
+    def causal_only(self, attention_mask, *, input_embeds, past_key_values):
+        return original(self, None, input_embeds=input_embeds, past_key_values=past_key_values)
+
+    monkeypatch.setattr(QuantQwen3VLTextModel, "_normalize_attention_mask", causal_only)
+    result = run_check(variant, "quant_accuracy")
+    assert not result.passed, problems_text(result)
 
 
 def test_a_padding_mask_traces_to_bitwise_not_which_circle_conversion_refuses():
