@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import torch
 
 from cases import llama, llama_model
-from cases._shared_diagnoses import replaced_qparams
 from harness import Built, Case, CaseInputs, ExportCapability, Sample, expect, unwrap
 
 WINDOW = llama_model.WINDOW
@@ -111,6 +110,8 @@ decode_export = ExportCapability(
 # Eagerly the decode adapter returns the past it was given as the new K/V; traced, the new token's
 # (findings/tico.toml; tests/test_llama_decode.py).
 DELTA_EAGER_PAST = "llama-decode-delta-eager-returns-past"
+# The same model as llama_for_causal_lm: its diagnosed expectations hold here too.
+_CAUSAL_LM = {case.name: case for case in llama_model.CASES}["llama_for_causal_lm"]
 _COVERED_BY_PREFILL = (
     "llama_for_causal_lm checks the model's RoPE tables and masks on prefill; here the decode positions and "
     "the cache are judged through the logits against HF's"
@@ -140,17 +141,15 @@ CASES = [
             }
         },
         export=decode_export,
+        # decode calibration feeds the past and new K/V observers; the key-fold ones stay unused
         unused_observers={
-            "*.self_attn.wrapped.obs_scale": llama_model._KEY_FOLD,
-            "*.self_attn.wrapped.obs_logits_raw": llama_model._KEY_FOLD,
+            path: why for path, why in llama_model.UNUSED_OBSERVERS.items() if why is llama_model._KEY_FOLD
         },
         not_applicable={"rotary_parity": _COVERED_BY_PREFILL, "mask_fill": _COVERED_BY_PREFILL},
         expected_failures={
-            "no_side_effects": llama_model.TEMPLATE_COPIES,
-            "export_contract": llama_model.CAUSAL_LM_CALIB_ADAPTER,
+            **_CAUSAL_LM.expected_failures,
             "torch_export": expect(DELTA_EAGER_PAST, check="torch_export"),
             "circle_replay": expect(DELTA_EAGER_PAST, check="circle_replay"),
-            "qparam_consistency": replaced_qparams(embedding=True, llama_residual=True),
         },
     ),
 ]

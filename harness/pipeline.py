@@ -258,8 +258,7 @@ class Pipeline(StageEngine):
 
     def export_output_leaves(self, mode: str, sample_name: str) -> list[torch.Tensor]:
         """Every tensor the adapter returns, in the order torch.export (and Circle) flatten them."""
-        leaves, _ = compat.tree_flatten(self.export_raw_output(mode, sample_name))
-        return [leaf.detach() for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        return _tensor_leaves(self.export_raw_output(mode, sample_name))
 
     # -- export once: torch.export -> Circle -> replay ------------------------------
     @property
@@ -296,8 +295,7 @@ class Pipeline(StageEngine):
 
     def exported_program_output_leaves(self) -> list[torch.Tensor]:
         """Every tensor the torch.export program returns, flattened as the adapter's are."""
-        leaves, _ = compat.tree_flatten(self.export_record.output())
-        return [leaf.detach() for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        return _tensor_leaves(self.export_record.output())
 
     @property
     def circle(self) -> Any:
@@ -378,3 +376,9 @@ class PipelineCache:
 
     def release(self, case_name: str, profile: str) -> None:
         self._pipelines.pop((case_name, profile), None)
+
+
+def _tensor_leaves(output: Any) -> list[torch.Tensor]:
+    """The tensors of a (nested) output in torch's pytree order, detached."""
+    leaves, _ = compat.tree_flatten(output)
+    return [leaf.detach() for leaf in leaves if isinstance(leaf, torch.Tensor)]
