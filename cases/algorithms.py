@@ -496,6 +496,7 @@ _AFTER_THE_ALGORITHM = (
     "export_contract",
     "lifecycle",
     "mask_quant",
+    "observer_use",
     "ptq_overrides",
     "qparam_audit",
     "qparam_consistency",

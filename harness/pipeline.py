@@ -114,9 +114,9 @@ class Pipeline(StageEngine):
             if algorithm is None:
                 prepared = self._stage("prepare", lambda: do_prepare(copy.deepcopy(built.module), cfg))
             else:
-                # the algorithm's module is consumed by prepare; its record stays with the pipeline
+                # prepare consumes a copy: the algorithm's output stays the float module checks wrap
                 module, record = self._algorithm_applied()
-                prepared = self._stage("prepare", lambda: do_prepare(module, cfg))
+                prepared = self._stage("prepare", lambda: do_prepare(copy.deepcopy(module), cfg))
                 if algorithm.handoff is not None:
                     self._stage("handoff", lambda: algorithm.handoff(prepared, module, record))
 
@@ -139,6 +139,14 @@ class Pipeline(StageEngine):
             return module.eval(), record
 
         return self._stage("algorithm", compute)
+
+    @property
+    def float_module(self) -> torch.nn.Module:
+        """The float module the case hands to wrapq: the reference, or the algorithm's output.
+        Shared: copy it before wrapping."""
+        if self.case.algorithm is None:
+            return self.built.module
+        return self._algorithm_applied()[0]
 
     @property
     def algorithm_record(self) -> Any:
@@ -213,7 +221,7 @@ class Pipeline(StageEngine):
                     self.output("quant", name)
                 except StageError as err:  # what ran before the failure still counts; the failure is said
                     failed[name] = str(err)
-            record = measure(self.quantized, self._quant_ran, reference=self.built.module)
+            record = measure(self.quantized, self._quant_ran, reference=self.float_module)
             record["samples"] = sorted(self.built.inputs.evaluation)
             if failed:
                 record["failed_samples"] = failed

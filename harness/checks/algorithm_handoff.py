@@ -72,6 +72,23 @@ def _codes(weight: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, 
     return (torch.round(weight / _broadcast(scale, weight)) + _broadcast(zero_point, weight)).clamp(qmin, qmax)
 
 
+def _kernel_codes(
+    weight: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, qmin: int, qmax: int
+) -> torch.Tensor:
+    """The codes torch's fake-quant kernel gives ``weight`` under these qparams (per output channel, or
+    per tensor): the kernel multiplies by the reciprocal scale, so near-ties round as QUANT mode rounds
+    them, which ``_codes``' division does not always reproduce on millions of elements."""
+    if scale.numel() == 1:
+        fake = torch.fake_quantize_per_tensor_affine(
+            weight, scale.reshape(()).float(), zero_point.reshape(()).to(torch.int32), qmin, qmax
+        )
+    else:
+        fake = torch.fake_quantize_per_channel_affine(
+            weight, scale.reshape(-1).float(), zero_point.reshape(-1).to(torch.int32), 0, qmin, qmax
+        )
+    return _codes(fake, scale, zero_point, qmin, qmax)
+
+
 def _circle_constants(binary: bytes, shape: tuple[int, ...]) -> list[Any]:
     from tico.circle.runtime.program import CircleProgram
 
@@ -200,7 +217,7 @@ def run(pipeline) -> CheckResult:
             want_codes = grid.codes(expected).reshape(weight.shape)
             want_scale_c, want_zp_c = want_scale, grid.zero_point
         else:
-            want_codes = _codes(target, scale, zero_point, qmin, qmax)
+            want_codes = _kernel_codes(target, scale, zero_point, qmin, qmax)
             want_scale_c, want_zp_c = scale, zero_point
         with torch.no_grad():
             fake = observer.fake_quant(weight)

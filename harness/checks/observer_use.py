@@ -60,8 +60,9 @@ def _by_path(root, counts: dict[int, int]) -> dict[str, int]:
 def run(pipeline) -> CheckResult:
     result = CheckResult()
     case = pipeline.case
-    # A fresh tree: the shared NO_QUANT one may already have run forwards (lazy wrappers).
-    root = wrap_noquant(case, copy.deepcopy(pipeline.built.module), pipeline.ptq_config)
+    # A fresh tree of what the case quantizes (an algorithm may change the float modules' kinds): the
+    # shared NO_QUANT one may already have run forwards (lazy wrappers).
+    root = wrap_noquant(case, copy.deepcopy(pipeline.float_module), pipeline.ptq_config)
     # Count from before enable_calibration (some wrappers feed weight observers there) to
     # after freeze_qparams; _update_stats is where every feeding path ends.
     with _counting(root, "_update_stats") as fed:
