@@ -62,7 +62,7 @@ SEQ = 8  # prefill length of TICO's decoder-layer and text-model smoke cases
 SLIDING_WINDOW = 4  # smaller than SEQ, so the window's left edge is masked too
 
 
-def _reference_eval_config(profile: str):
+def text_model_config(profile: str):
     """TICO's text-model smoke profile: batched attention, ordinary HF sine."""
     from tico.quantization.config.ptq import PTQConfig
 
@@ -521,15 +521,17 @@ EMBEDDING = Case(
 # -- text model ---------------------------------------------------------------------------------
 
 
-def build_text_model(profile: str) -> Built:
+def build_text_model(profile: str, ple: int = 0) -> Built:
     """TICO's tiny (sliding, full) text model on 8-token ids with an all-ones 2-D mask, plus a
     right-padded batch. The sliding window is 4 (not the default 512) so the wrapper's
-    sliding template differs from its causal one on 8 tokens."""
+    sliding template differs from its causal one on 8 tokens. ``ple``: the PLE width (0 = off)."""
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextModel
 
     if profile != "tiny":
         raise ValueError(f"unknown Gemma4 text-model profile {profile!r}")
-    cfg = text_config(profile, ("sliding_attention", "full_attention"), sliding_window=SLIDING_WINDOW)
+    cfg = text_config(
+        profile, ("sliding_attention", "full_attention"), sliding_window=SLIDING_WINDOW, per_layer_input=ple
+    )
     module = Gemma4TextModel(cfg)
 
     def sample(batch: int = 1, pad: int = 0) -> Sample:
@@ -647,11 +649,21 @@ _TEXT_MODEL_EXPORT = ExportCapability(
 
 _TEXT_MODEL_CIRCLE = expect("gemma4-text-model-lt-scalar")
 
+# E2B deploys the text model with Per-Layer Embeddings on; TICO's text-model smoke runs it with them off.
+_TEXT_MODEL_PLE_SWEEP = Sweep(
+    axes={"ple": (0, 16)},
+    why={
+        "ple": "hidden_size_per_layer_input > 0: the per-layer table lookup, projection, norm and their observers "
+        "(QuantGemma4TextModel.get_per_layer_inputs, project_per_layer_inputs) feeding each layer's slice"
+    },
+)
+
 TEXT_MODEL = Case(
     name="gemma4_text_model",
     description="Gemma4TextModel (sliding + full layer) -> QuantGemma4TextModel: own RoPE tables and masks",
     build=build_text_model,
-    ptq_config=_reference_eval_config,
+    sweep=_TEXT_MODEL_PLE_SWEEP,
+    ptq_config=text_model_config,
     expected_wrapper="QuantGemma4TextModel",
     # Limits cover the padded sample, whose larger error is token coverage, not padding; the export checks keep
     # their default gates, measured exact (docs/case-measurements.md#gemma4_text_model)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from cases import gemma4_ple_scale_fusion
 from cases.algorithms import CASES
 from tests.helpers import problems_text, run_check
 
@@ -34,6 +35,7 @@ def test_clean_algorithm_checks_pass_under_the_scalar_kernels(tmp_path):
             "-p",
             "no:randomly",
             "cases/algorithms.py",
+            "cases/gemma4_ple_scale_fusion.py",
             "-k",
             "algorithm_handoff or algorithm_gain",
             f"--wrapq-report-dir={tmp_path / 'reports'}",
@@ -45,7 +47,7 @@ def test_clean_algorithm_checks_pass_under_the_scalar_kernels(tmp_path):
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:]
-    tiny = [case for case in CASES if "tiny" in case.profiles]
+    tiny = [case for case in [*CASES, *gemma4_ple_scale_fusion.CASES] if "tiny" in case.profiles]
     assert done.stdout.splitlines()[-1].startswith(f"{2 * len(tiny)} passed"), done.stdout[-1000:]
 
 
