@@ -13,7 +13,7 @@ import copy
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -229,6 +229,11 @@ class Pipeline(StageEngine):
             return record
 
         return self._stage("wrapper_coverage", compute)
+
+    def case_probe(self, name: str, compute: Callable[[], Any]) -> Any:
+        """What a case's own callable (mask probes, rotary tables) computes on the trees, as a named
+        stage: a wrapper that crashes there fails that check with the stage's error, judged as any."""
+        return self._stage(name, compute)
 
     def sample(self, sample_name: str) -> Sample:
         samples = self.built.inputs.evaluation

@@ -69,6 +69,21 @@ def test_export_adapter_raising_names_the_stage():
         CHECKS["torch_export"].run(Pipeline(case, "tiny"))
 
 
+@pytest.mark.parametrize("check", ["mask_fill", "mask_quant", "rotary_parity"])
+def test_a_case_probe_the_wrapper_crashes_in_names_its_stage(check):
+    """A mask probe or rotary table that runs the wrapper on an input it refuses (as a model given a mask
+    form it cannot broadcast) fails that check as a named stage, judged like any stage failure."""
+    from harness import MaskCapability, RotaryCapability
+
+    def refused(*args):
+        raise RuntimeError("The size of tensor a (16) must match the size of tensor b (2)")
+
+    case = _linear_case(mask=MaskCapability(probes=refused), rotary=RotaryCapability(tables=refused))
+    stage = {"mask_fill": "mask_probes[noquant]", "mask_quant": "mask_probes[quant]"}.get(check, "rotary_tables")
+    with pytest.raises(StageError, match=rf"stage '{re.escape(stage)}' failed: RuntimeError: The size of tensor a"):
+        CHECKS[check].run(Pipeline(case, "tiny"))
+
+
 def test_hung_stage_times_out():
     import time
 

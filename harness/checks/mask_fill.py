@@ -52,7 +52,9 @@ def _judge(probe, result: CheckResult) -> None:
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
-    probes = pipeline.case.mask.probes(pipeline.wrapped, pipeline.built)
+    probes = pipeline.case_probe(
+        "mask_probes[noquant]", lambda: pipeline.case.mask.probes(pipeline.wrapped, pipeline.built)
+    )
     if not probes:
         result.fail("case mask capability returned no probes")
     if not any(bool((~p.allowed_pairs()).any()) for p in probes):

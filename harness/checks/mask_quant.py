@@ -49,7 +49,9 @@ def _judge(probe, result: CheckResult) -> None:
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
-    probes = pipeline.case.mask.probes(pipeline.quantized, pipeline.built)
+    probes = pipeline.case_probe(
+        "mask_probes[quant]", lambda: pipeline.case.mask.probes(pipeline.quantized, pipeline.built)
+    )
     if not any(bool((~p.allowed_pairs()).any()) for p in probes):
         result.fail("no mask probe masks any pair, so survival of the fill value cannot be verified")
     for probe in probes:

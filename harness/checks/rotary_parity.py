@@ -20,7 +20,9 @@ class Settings:
 def run(pipeline) -> CheckResult:
     result = CheckResult()
     atol = pipeline.check_settings(CHECK).atol
-    tables = pipeline.case.rotary.tables(pipeline.wrapped, pipeline.built.module, pipeline.built)
+    tables = pipeline.case_probe(
+        "rotary_tables", lambda: pipeline.case.rotary.tables(pipeline.wrapped, pipeline.built.module, pipeline.built)
+    )
     if not tables:
         result.fail("case rotary capability returned no tables to compare")
     for table in tables:

@@ -111,10 +111,14 @@ def collect(pipeline: Pipeline) -> tuple[dict[str, torch.Tensor], dict[str, floa
                 if isinstance(value, torch.Tensor) and value.numel():
                     tensors[f"qparams.{path}.{attr.removeprefix('_cached_')}"] = value
     if case.rotary is not None:
-        for table in case.rotary.tables(pipeline.wrapped, pipeline.built.module, pipeline.built):
+        tables = pipeline.case_probe(
+            "rotary_tables", lambda: case.rotary.tables(pipeline.wrapped, pipeline.built.module, pipeline.built)
+        )
+        for table in tables:
             tensors[f"rotary.{table.label}.cos"], tensors[f"rotary.{table.label}.sin"] = table.wrapper
     if case.mask is not None:
-        for probe in case.mask.probes(pipeline.quantized, pipeline.built):
+        probes = pipeline.case_probe("mask_probes[quant]", lambda: case.mask.probes(pipeline.quantized, pipeline.built))
+        for probe in probes:
             tensors[f"mask_quant.{probe.label}"] = probe.mask
     return {k: v.detach().contiguous().cpu().clone() for k, v in tensors.items()}, steps
 
