@@ -67,6 +67,23 @@ def test_an_untaken_branch_without_a_reason_and_a_stale_reason_are_both_problems
     assert any("no reason" in line for line in branch_reasons.problems([*BRANCHES, other], REASONS))
 
 
+def test_a_target_fragment_tells_apart_the_two_ways_out_of_one_condition():
+    """The same guard leads to a raise no caller reaches and, elsewhere, into code that runs only traced."""
+    guard = "if self.layer_idx is None:"
+    to_raise = Branch("llama/quant_attention.py", "A._finalize", guard, "raise RuntimeError(")
+    to_reset = Branch("llama/quant_attention.py", "A._finalize", guard, "cache.layers[i] = type(")
+    reasons = [
+        Reason("llama/*::A._finalize", "unreachable: always built with its layer_idx", guard, "raise"),
+        Reason("llama/*::A._finalize", "traced: the reset runs only while compiling", guard),
+    ]
+    assert branch_reasons.explaining(to_raise, reasons).why.startswith("unreachable")
+    assert branch_reasons.explaining(to_reset, reasons).why.startswith("traced")
+    assert branch_reasons.problems([to_reset], reasons) == [
+        "stale reason (explains no untaken branch): llama/*::A._finalize [if self.layer_idx is None:] [raise]: "
+        "unreachable: always built with its layer_idx"
+    ]
+
+
 def test_a_malformed_reasons_file_is_a_clear_error(tmp_path):
     bad = tmp_path / "reasons.toml"
     bad.write_text('[[reason]]\nwhere = "nn/*"\n')

@@ -44,6 +44,7 @@ class Reason:
     where: str  # "file glob" or "file glob::function glob"
     why: str
     condition: str = ""  # a fragment of the condition line; empty: any
+    target: str = ""  # a fragment of the line the branch jumps to; empty: any
 
     def explains(self, branch: Branch) -> bool:
         file_glob, _, function_glob = self.where.partition("::")
@@ -51,6 +52,7 @@ class Reason:
             fnmatch.fnmatchcase(branch.file, file_glob)
             and fnmatch.fnmatchcase(branch.function, function_glob or "*")
             and self.condition in branch.condition
+            and self.target in branch.target
         )
 
 
@@ -73,10 +75,12 @@ def load_reasons(path: Path = REASONS) -> list[Reason]:
         raise ValueError(f"{path}: cannot read the branch reasons: {exc}") from exc
     reasons = []
     for i, entry in enumerate(document.get("reason", [])):
-        unknown = set(entry) - {"where", "why", "condition"}
+        unknown = set(entry) - {"where", "why", "condition", "target"}
         if unknown or not entry.get("where") or not entry.get("why"):
-            raise ValueError(f"{path}: reason #{i + 1} needs 'where' and 'why' (and at most 'condition'): {entry}")
-        reasons.append(Reason(entry["where"], entry["why"], entry.get("condition", "")))
+            raise ValueError(
+                f"{path}: reason #{i + 1} needs 'where' and 'why' (and at most 'condition', 'target'): {entry}"
+            )
+        reasons.append(Reason(entry["where"], entry["why"], entry.get("condition", ""), entry.get("target", "")))
     return reasons
 
 
@@ -97,7 +101,7 @@ def problems(branches: list[Branch], reasons: list[Reason]) -> list[str]:
             used[reason] += 1
     for reason in reasons:
         if not used[reason]:
-            scope = f"{reason.where} [{reason.condition}]" if reason.condition else reason.where
+            scope = reason.where + "".join(f" [{part}]" for part in (reason.condition, reason.target) if part)
             found.append(f"stale reason (explains no untaken branch): {scope}: {reason.why}")
     return found
 
