@@ -6,8 +6,8 @@ Inputs are token ids (``torch.randint``: the same ids under every kernel selecti
 two whose second row is right-padded, so the model builds its own RoPE and its own causal +
 padding mask. The wrapper gets the padding mask as (B, 1, S) bool keys, HF its own (B, S) form:
 ``QuantLlamaModel`` adds a bool mask to its (1, 1, S, S) causal template as given
-(llama/quant_model.py:483-486), so (B, S) would broadcast as a (query, key) matrix (diagnosed on
-the real_weights profile, ``cases/llama_real_weights.py``).
+(``get_attention_mask_for``), so (B, S) broadcasts as a (query, key) matrix (finding
+``llama-model-2d-padding-mask``; ``llama_model``'s ``mask=hf_2d`` variant feeds that form).
 
 Export: ``QuantLlamaModel`` has no export mode in tico 0.3.0 (tico's Llama export recipe,
 recipes/export/llama.py, exports the token embedding, each decoder layer and the head as separate
@@ -110,7 +110,8 @@ def lm_sample(ids: torch.Tensor, mask2d: torch.Tensor) -> Sample:
 def hf_call(reference: torch.nn.Module, sample: Sample):
     """HF gets its own (B, S) padding mask."""
     kwargs = dict(sample.kwargs)
-    kwargs["attention_mask"] = kwargs["attention_mask"][:, 0, :].long()
+    mask = kwargs["attention_mask"]
+    kwargs["attention_mask"] = (mask[:, 0, :] if mask.dim() == 3 else mask).long()
     return reference(**kwargs)
 
 
@@ -135,27 +136,65 @@ def _with_cache(inputs: CaseInputs) -> CaseInputs:
     )
 
 
-def build_model(profile: str, use_cache: bool = False) -> Built:
+def _with_hf_mask(inputs: CaseInputs) -> CaseInputs:
+    """The same samples with the padding mask as HF and its tokenizers give it: (B, S) int64."""
+    hf = lambda s: dataclasses.replace(  # noqa: E731
+        s, kwargs={**s.kwargs, "attention_mask": s.kwargs["attention_mask"][:, 0, :].long()}
+    )
+    return CaseInputs(
+        calibration=tuple(hf(s) for s in inputs.calibration),
+        evaluation={name: hf(s) for name, s in inputs.evaluation.items()},
+    )
+
+
+def build_model(profile: str, use_cache: bool = False, mask: str = "keys_3d") -> Built:
     from transformers.models.llama.modeling_llama import LlamaModel
 
+    if mask not in MASK_FORMS:
+        raise ValueError(f"unknown mask form {mask!r} (one of {MASK_FORMS})")
     config = model_config(profile)
     module = LlamaModel(config)  # before the inputs: the seeded draws keep their order
     inputs = token_inputs()
-    return Built(module, _with_cache(inputs) if use_cache else inputs, facts={"config": config})
+    inputs = _with_cache(inputs) if use_cache else inputs
+    return Built(module, _with_hf_mask(inputs) if mask == "hf_2d" else inputs, facts={"config": config})
 
+
+# The padding mask as the case feeds it ((B, 1, S) bool keys, the module docstring) and as HF's tokenizers
+# give it ((B, S) int64), which QuantLlamaModel adds to its causal template as given (finding
+# llama-model-2d-padding-mask): every check that runs a batch of two stops there.
+MASK_FORMS = ("keys_3d", "hf_2d")
+_HF_MASK = expect("llama-model-2d-padding-mask")
+_RUNS_A_BATCH = (
+    "attribution",
+    "calibration_coverage",
+    "golden",
+    "lifecycle",
+    "mask_fill",
+    "mask_quant",
+    "noquant_parity",
+    "observer_use",
+    "ptq_overrides",
+    "quant_accuracy",
+    "wrapper_registry",
+)
 
 # HF's models default to use_cache=True: QuantLlamaModel then builds a DynamicCache and every layer
 # appends its K/V to it (_normalize_past_key_values, the attention's _finalize_cache_output).
-CACHE_SWEEP = Sweep(
-    axes={"use_cache": (False, True)},
-    why={"use_cache": "QuantLlamaModel.forward's cache path: DynamicCache creation, per-layer update, cache output"},
+MODEL_SWEEP = Sweep(
+    axes={"use_cache": (False, True), "mask": MASK_FORMS},
+    why={
+        "use_cache": "QuantLlamaModel.forward's cache path: DynamicCache creation, per-layer update, cache output",
+        "mask": "QuantLlamaModel.get_attention_mask_for on an int64 mask: turned bool, then added to the causal "
+        "template as given",
+    },
     pr="each",
-    nightly="all",
-    # the prefill with a cache feeds the new K/V observers (the past ones stay unused: no past is given)
+    nightly="each",
     overrides={
+        # the prefill with a cache feeds the new K/V observers (the past ones stay unused: no past is given)
         "use_cache=True": {
             "unused_observers": {"*.self_attn.wrapped.obs_new_k": None, "*.self_attn.wrapped.obs_new_v": None}
-        }
+        },
+        "mask=hf_2d": {"expected_failures": {check: _HF_MASK for check in _RUNS_A_BATCH}},
     },
 )
 
@@ -271,7 +310,7 @@ CASES = [
         rotary=RotaryCapability(tables=model_rotary),
         mask=MaskCapability(probes=model_masks),
         unused_observers=UNUSED_OBSERVERS,
-        sweep=CACHE_SWEEP,
+        sweep=MODEL_SWEEP,
         not_applicable={check: _NO_MODEL_EXPORT for check in EXPORT_CHECKS},
         expected_failures={"no_side_effects": TEMPLATE_COPIES},
     ),

@@ -1,4 +1,4 @@
-"""QuantLlamaModel's padding-mask contract, reproduced on the tiny llama_model case (diagnosed on
+"""Finding llama-model-2d-padding-mask, reproduced on the tiny llama_model case (diagnosed on
 the real_weights profile): a bool/int mask is added to the (1, 1, S, S) causal template as given
 (llama/quant_model.py:483-486), so HF's (B, S) padding mask broadcasts as a (query, key) matrix.
 It raises for 1 < B != S and silently mis-masks for B == S; the (B, 1, S) form the cases feed is
