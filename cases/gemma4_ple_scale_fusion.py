@@ -80,7 +80,6 @@ CASES = [
         build=lambda profile: gemma4_text.build_text_model(profile, ple=PLE_WIDTH),
         algorithm=PLE_SCALE_FUSION,
         sweep=None,
-        golden_profiles=(),
         unused_observers={**_BASE.unused_observers, f"{_TABLE}.wrapped.obs_embed_scale": _FUSED_SCALE_UNUSED},
     )
 ]
