@@ -28,6 +28,8 @@ _TINY_DIMS = dict(
     head_dim=32,
     global_head_dim=32,
     max_position_embeddings=128,
+    # the per-layer (PLE) table has a row per token of the vocabulary, as E2B's does (HF's default is E2B's 262144)
+    vocab_size_per_layer_input=256,
 )
 # Real E2B widths (8 query heads, 1 KV head, head_dim 256 sliding / 512 global), short synthetic
 # topology, PLE off (TICO's e2b_dims size profile).

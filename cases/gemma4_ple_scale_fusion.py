@@ -80,6 +80,7 @@ CASES = [
         build=lambda profile: gemma4_text.build_text_model(profile, ple=PLE_WIDTH),
         algorithm=PLE_SCALE_FUSION,
         sweep=None,
+        settings={**_BASE.settings, "quant_accuracy": gemma4_text.TEXT_MODEL_PLE_LIMITS},
         unused_observers={**_BASE.unused_observers, f"{_TABLE}.wrapped.obs_embed_scale": _FUSED_SCALE_UNUSED},
     )
 ]
