@@ -127,24 +127,26 @@ def token_inputs() -> CaseInputs:
     )
 
 
+def _each_sample(inputs: CaseInputs, **changes) -> CaseInputs:
+    """The same samples with ``changes(kwargs)`` merged into every sample's kwargs."""
+
+    def changed(s: Sample) -> Sample:
+        return dataclasses.replace(s, kwargs={**s.kwargs, **{k: f(s.kwargs) for k, f in changes.items()}})
+
+    return CaseInputs(
+        calibration=tuple(changed(s) for s in inputs.calibration),
+        evaluation={name: changed(s) for name, s in inputs.evaluation.items()},
+    )
+
+
 def _with_cache(inputs: CaseInputs) -> CaseInputs:
     """The same samples with HF's default use_cache=True: the model builds and returns a DynamicCache."""
-    on = lambda s: dataclasses.replace(s, kwargs={**s.kwargs, "use_cache": True})  # noqa: E731
-    return CaseInputs(
-        calibration=tuple(on(s) for s in inputs.calibration),
-        evaluation={name: on(s) for name, s in inputs.evaluation.items()},
-    )
+    return _each_sample(inputs, use_cache=lambda kwargs: True)
 
 
 def _with_hf_mask(inputs: CaseInputs) -> CaseInputs:
     """The same samples with the padding mask as HF and its tokenizers give it: (B, S) int64."""
-    hf = lambda s: dataclasses.replace(  # noqa: E731
-        s, kwargs={**s.kwargs, "attention_mask": s.kwargs["attention_mask"][:, 0, :].long()}
-    )
-    return CaseInputs(
-        calibration=tuple(hf(s) for s in inputs.calibration),
-        evaluation={name: hf(s) for name, s in inputs.evaluation.items()},
-    )
+    return _each_sample(inputs, attention_mask=lambda kwargs: kwargs["attention_mask"][:, 0, :].long())
 
 
 def build_model(profile: str, use_cache: bool = False, mask: str = "keys_3d") -> Built:
