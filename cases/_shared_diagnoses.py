@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from harness import Expected, expect
 
+# The checks that read the Circle model: a conversion that fails stops each of them the same way.
+CIRCLE_CHECKS = ("circle_call", "circle_replay", "circle_structure", "qparam_audit", "qparam_consistency")
 MASK_TEMPLATE_PER_LAYER = expect("mask-template-per-layer")
 PRESENT_V_PER_HEAD = expect("present-v-per-head-slice")
 MASK_ADD_GAIN = expect("mask-add-shared-observer")

@@ -391,7 +391,9 @@ CASES = [
             for check in (
                 "dynamic_vs_export",
                 "torch_export",
+                "circle_call",
                 "circle_replay",
+                "circle_structure",
                 "qparam_audit",
                 "qparam_consistency",
                 "export_contract",

@@ -338,7 +338,9 @@ _SMOKE_HEAD_EXPORT = ExportCapability(
 _SMOKE_HEAD_CHECKS = (
     "dynamic_vs_export",
     "torch_export",
+    "circle_call",
     "circle_replay",
+    "circle_structure",
     "qparam_audit",
     "qparam_consistency",
     "export_contract",

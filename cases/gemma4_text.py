@@ -39,7 +39,7 @@ from cases._gemma4_text_common import (
     sin_in_convention,
     text_config,
 )
-from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams
+from cases._shared_diagnoses import CIRCLE_CHECKS, MASK_TEMPLATE_PER_LAYER, replaced_qparams
 from harness import (
     Built,
     Case,
@@ -683,7 +683,7 @@ TEXT_MODEL = Case(
     export=_TEXT_MODEL_EXPORT,
     expected_failures={
         "no_side_effects": MASK_TEMPLATE_PER_LAYER,
-        **{check: _TEXT_MODEL_CIRCLE for check in ("circle_replay", "qparam_audit", "qparam_consistency")},
+        **{check: _TEXT_MODEL_CIRCLE for check in CIRCLE_CHECKS},
     },
     **_GEMMA4,
 )

@@ -375,7 +375,9 @@ ATTENTION_SWEEP = Sweep(
                 for check in (
                     "attribution",
                     "calibration_coverage",
+                    "circle_call",
                     "circle_replay",
+                    "circle_structure",
                     "dynamic_vs_export",
                     "export_contract",
                     "lifecycle",

@@ -280,7 +280,9 @@ _NO_MODEL_EXPORT = (
 EXPORT_CHECKS = (
     "dynamic_vs_export",
     "torch_export",
+    "circle_call",
     "circle_replay",
+    "circle_structure",
     "qparam_audit",
     "qparam_consistency",
     "export_contract",

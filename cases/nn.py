@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cases._shared_diagnoses import replaced_qparams
+from cases._shared_diagnoses import CIRCLE_CHECKS, replaced_qparams
 from harness import Built, Case, CaseInputs, Sample, Sweep, expect, expect_on, whole_module_export
 
 
@@ -58,10 +58,7 @@ LINEAR_SWEEP = Sweep(
     nightly="all",
     overrides={
         "policy=per_tensor_weight,bias=True": {
-            "expected_failures": {
-                check: expect("quantize-bias-per-tensor-assert")
-                for check in ("circle_replay", "qparam_audit", "qparam_consistency")
-            }
+            "expected_failures": {check: expect("quantize-bias-per-tensor-assert") for check in CIRCLE_CHECKS}
         },
         "policy=act_out_int16": {
             "expected_failures": expect_on(("circle_replay", "qparam_consistency"), "int16-output-after-uint8")
@@ -105,6 +102,7 @@ _TEMPORAL_PADDING = {
             "conv3d-decomposed-float-bias", "conv3d-temporal-padding-float-zeros", check="qparam_audit"
         ),
         "circle_replay": expect("conv3d-temporal-padding-float-zeros", check="circle_replay"),
+        "circle_call": expect("conv3d-temporal-padding-float-zeros", check="circle_call"),
         "qparam_consistency": None,
     }
 }

@@ -20,6 +20,7 @@ import torch
 from cases import _static_runtime as static
 from cases._qwen3_vl_common import FOLDED_SCALE, QWEN3_VL_REQUIRES, hf_vision_rope, text_config, vision_sample
 from cases._shared_diagnoses import (
+    CIRCLE_CHECKS,
     MASK_ADD_GAIN,
     MASK_TEMPLATE_PER_LAYER,
     replaced_qparams,
@@ -350,11 +351,7 @@ TEXT_MODEL_MASK_SWEEP = Sweep(
     pr=("mask=long_2d", "mask=float_4d"),
     nightly="each",
     overrides={
-        f"mask={form}": {
-            "expected_failures": {
-                check: _MASK_NOT_CONVERTIBLE for check in ("circle_replay", "qparam_audit", "qparam_consistency")
-            }
-        }
+        f"mask={form}": {"expected_failures": {check: _MASK_NOT_CONVERTIBLE for check in CIRCLE_CHECKS}}
         for form in ("long_2d", "bool_2d", "float_2d", "bool_4d")
     },
 )
@@ -655,10 +652,7 @@ _MM_EXPORT = ExportCapability(
     refuses_calib=False,
 )
 _MM_EXPORT_FAILS = expect("qwen3-vl-model-export-data-dependent")
-_MM_NO_EXPORT = {
-    check: _MM_EXPORT_FAILS
-    for check in ("torch_export", "circle_replay", "qparam_audit", "qparam_consistency", "export_contract")
-}
+_MM_NO_EXPORT = {check: _MM_EXPORT_FAILS for check in ("torch_export", *CIRCLE_CHECKS, "export_contract")}
 
 
 def _in_layer(observers: dict[str, str]) -> dict[str, str]:

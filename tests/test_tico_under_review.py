@@ -10,62 +10,22 @@ TICO checkout under review is (scripts/env.sh's WRAPQ_TICO=<dir> puts the tree i
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.tico_tree import copy_tico, edit, run_harness
+
 # Cases that declare findings on many checks, plus the decode layer whose kv_heads=2 variant shows
 # present-v-per-head-slice at tiny, plus nn_linear for the regression.
 SELECTION = "llama_attention_prefill or llama_decoder_layer_prefill or llama_decoder_layer_decode or nn_linear"
-
-
-def _installed_tico() -> Path:
-    import importlib.util
-
-    spec = importlib.util.find_spec("tico")
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-def _copy_tico(tmp_path: Path, name: str) -> Path:
-    tree = tmp_path / name
-    shutil.copytree(_installed_tico(), tree / "tico", ignore=shutil.ignore_patterns("__pycache__"))
-    return tree
-
-
-def _edit(tree: Path, relative: str, old: str, new: str) -> None:
-    path = tree / "tico" / relative
-    text = path.read_text()
-    assert text.count(old) == 1, f"{relative}: the edit's anchor must occur once"
-    path.write_text(text.replace(old, new))
+_copy_tico = copy_tico
+_edit = edit
 
 
 def _run(tree: Path, tmp_path: Path, *extra: str) -> tuple[int, dict, str]:
     """The selection under pytest with ``tree`` first on the path; (exit code, results.json, output)."""
-    report = tmp_path / f"reports-{tree.name}-{len(extra)}"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]), WRAPQ_TICO=str(tree))
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-k",
-        SELECTION,
-        "--no-circle-cache",
-        "--no-export-cache",
-        f"--wrapq-report-dir={report}",
-        *extra,
-    ]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
-    results = json.loads((report / "results.json").read_text())
-    return done.returncode, results, done.stdout + done.stderr
+    return run_harness(tree, tmp_path, "-k", SELECTION, *extra)
 
 
 def _outcomes(results: dict) -> dict[str, str]:

@@ -105,6 +105,20 @@ def _artifact(binary: bytes, audit: AuditResult, status: str, key: str | None, n
     return artifact
 
 
+def quantized_inputs(artifact: CircleArtifact, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Float inputs as a NATIVE caller hands them: each quantized input in its serialized dtype."""
+    native_inputs = []
+    for array, quant in zip(arrays, artifact.input_quantization):
+        if quant is None:
+            native_inputs.append(array)
+            continue
+        scale, zero_point, dtype = quant
+        info = np.iinfo(np.dtype(dtype))
+        q = np.clip(np.round(array / scale[0]) + zero_point[0], info.min, info.max)
+        native_inputs.append(q.astype(np.dtype(dtype)))
+    return native_inputs
+
+
 def replay_circle(artifact: CircleArtifact, args: tuple, mode: str) -> list[np.ndarray]:
     """Run the Circle model on float inputs. 'fake_quantize' takes floats as they are;
     'native' quantizes each quantized input with its serialized qparams first and returns
@@ -118,15 +132,7 @@ def replay_circle(artifact: CircleArtifact, args: tuple, mode: str) -> list[np.n
     arrays = [a.detach().cpu().numpy() for a in leaves if isinstance(a, torch.Tensor)]
     if mode == "fake_quantize":
         return list(runtime.run(arrays, mode=ExecutionMode.FAKE_QUANTIZE).outputs)
-    native_inputs = []
-    for array, quant in zip(arrays, artifact.input_quantization):
-        if quant is None:
-            native_inputs.append(array)
-            continue
-        scale, zero_point, dtype = quant
-        info = np.iinfo(np.dtype(dtype))
-        q = np.clip(np.round(array / scale[0]) + zero_point[0], info.min, info.max)
-        native_inputs.append(q.astype(np.dtype(dtype)))
+    native_inputs = quantized_inputs(artifact, arrays)
     outputs = []
     program = runtime.program
     for value, index in zip(runtime.run(native_inputs, mode=ExecutionMode.NATIVE).outputs, program.outputs):

@@ -101,6 +101,9 @@ class Case:
     # profiles whose outputs are pinned by committed goldens; the others (real-width nightly
     # profiles) are gated by thresholds only, and their golden item says so.
     golden_profiles: tuple[str, ...] = ("tiny",)
+    # profiles whose Circle structure is pinned by a committed baseline (circle_structure); None: the
+    # golden profiles. A sweep variant keeps its declared case's: a variant changes what is built.
+    structure_profiles: tuple[str, ...] | None = None
     seed: int = 0
     # check name -> {settings field: value}: overrides of the check's defaults (its limits,
     # tolerances); the check declares the fields (harness/checks/<check>.py, ``Settings``).
@@ -174,6 +177,11 @@ class Case:
         if not isinstance(self.golden_profiles, tuple) or not set(self.golden_profiles) <= set(self.profiles):
             raise CaseDefinitionError(
                 name, "golden_profiles", f"must be a tuple of profiles the case lists {self.profiles}"
+            )
+        structure = self.structure_profiles
+        if structure is not None and (not isinstance(structure, tuple) or not set(structure) <= set(self.profiles)):
+            raise CaseDefinitionError(
+                name, "structure_profiles", f"must be None or a tuple of profiles the case lists {self.profiles}"
             )
         if not isinstance(self.seed, int):
             raise CaseDefinitionError(name, "seed", f"must be int, got {type(self.seed).__name__}")

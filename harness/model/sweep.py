@@ -311,6 +311,7 @@ def expand(case: Any, variant: Variant) -> Any:
         build=_bind(case.build, values),
         ptq_config=_bind(case.ptq_config, values),
         golden_profiles=(),
+        structure_profiles=case.golden_profiles if case.structure_profiles is None else case.structure_profiles,
         variant=variant,
     )
 

@@ -1,0 +1,146 @@
+"""The checks for what tico builds rather than what it outputs: circle_structure (the Circle graph
+against its baseline), name_contract (fp_name is the float module's path), circle_call (the Circle
+model called by keyword). Each fails on a seeded defect with a message naming it and passes on clean
+tico; tests/test_seeded_tico_regressions.py seeds the same kinds into a copy of tico."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from cases.cnn import CASES as CNN_CASES
+from cases.llama import CASES as LLAMA_CASES
+from cases.nn import CASES as NN_CASES
+from harness.circle.structure import differences
+from harness.golden import structure_store
+from harness.pipeline import Pipeline, RunSettings
+from harness.primitives.fp_name_audit import audit
+from tests.helpers import CHECKS, problems_text, run_check, run_clean_check
+
+REPO = Path(__file__).resolve().parents[1]
+NN_LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
+ATTENTION = next(c for c in LLAMA_CASES if c.name == "llama_attention_prefill")
+LLAMA_MLP = next(c for c in LLAMA_CASES if c.name == "llama_mlp")
+
+
+def _structure_run(golden_dir: Path, case=NN_LINEAR, update: str | None = None, base: Path | None = None):
+    settings = RunSettings(golden_dir=golden_dir, update_golden=update, base_results=base)
+    return CHECKS["circle_structure"].run(Pipeline(case, "tiny", settings=settings))
+
+
+@pytest.mark.parametrize("check", ["circle_structure", "name_contract", "circle_call"])
+@pytest.mark.parametrize("case", [NN_LINEAR, ATTENTION], ids=lambda c: c.name)
+def test_clean_tico_passes(case, check):
+    result = run_clean_check(case, check)
+    assert result.passed, problems_text(result)
+
+
+def test_a_structure_difference_is_named_by_op_scope_and_count():
+    base = json.loads(structure_store.path(REPO / "golden", "llama_attention_prefill", "tiny").read_text())
+    current = json.loads(json.dumps(base["structure"]))
+    current["ops"]["QuantLlamaAttention"]["BROADCAST_TO"] += 2
+    current["inputs"][1]["dtype"] = "float32"
+    changes = differences(base["structure"], current)
+    assert "BROADCAST_TO 2 -> 4 in QuantLlamaAttention" in changes
+    assert "input 1 (position_embeddings_0) dtype uint8 -> float32" in changes
+    assert differences(base["structure"], base["structure"]) == []
+
+
+def test_a_missing_or_damaged_baseline_fails_with_the_command_that_writes_it(tmp_path):
+    text = problems_text(_structure_run(tmp_path))
+    assert "no structure baseline" in text and "--update-golden -k 'nn_linear[tiny]'" in text
+    file = structure_store.path(tmp_path, "nn_linear", "tiny")
+    file.parent.mkdir(parents=True)
+    file.write_text("{not json")
+    assert "is unreadable" in problems_text(_structure_run(tmp_path))
+
+
+def test_a_changed_baseline_fails_and_a_declared_move_is_a_note(tmp_path):
+    shutil.copytree(REPO / "golden" / "structure", tmp_path / "structure")
+    file = structure_store.path(tmp_path, "nn_linear", "tiny")
+    doc = json.loads(file.read_text())
+    doc["structure"]["ops"]["QuantLinear"]["FULLY_CONNECTED"] = 2
+    file.write_text(json.dumps(doc))
+    assert "FULLY_CONNECTED 2 -> 1 in QuantLinear" in problems_text(_structure_run(tmp_path))
+    case = NN_LINEAR.__class__(**{**NN_LINEAR.__dict__, "settings": {"circle_structure": {"may_move": "test"}}})
+    moved = _structure_run(tmp_path, case)
+    assert moved.passed and any("allowed: test" in note for note in moved.notes)
+
+
+def test_the_rewrite_writes_the_baseline_and_fail_mode_never_passes_a_new_one(tmp_path):
+    written = _structure_run(tmp_path, update="fail")
+    assert not written.passed and "(new)" in problems_text(written)
+    assert _structure_run(tmp_path).passed
+    assert _structure_run(tmp_path, update="fail").passed  # unchanged
+
+
+def test_with_a_baseline_run_the_base_runs_structure_is_the_reference(tmp_path):
+    shutil.copytree(REPO / "golden" / "structure", tmp_path / "structure")
+    current = _structure_run(tmp_path).evidence["structure"]
+    base_structure = json.loads(json.dumps(current))
+    base_structure["ops"]["QuantLinear"]["FULLY_CONNECTED"] = 3
+    record = {"nodeid": "cases/nn.py::nn_linear[tiny]::circle_structure", "evidence": {"structure": base_structure}}
+    base = tmp_path / "base" / "results.json"
+    base.parent.mkdir()
+    base.write_text(json.dumps({"run": {"run_id": "b"}, "results": [record]}))
+    result = _structure_run(tmp_path, base=base)
+    assert "against the base run" in problems_text(result) and "FULLY_CONNECTED 3 -> 1" in problems_text(result)
+
+
+def test_name_audit_names_a_copied_a_layer_local_and_a_missing_name():
+    from tico.quantization.config.ptq import PTQConfig
+    from tico.quantization.wrapq.wrap_helper import PTQWrapHelper
+    from tico.quantization.wrapq.wrappers.ptq_wrapper import PTQWrapper
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.Linear(4, 4)))
+
+    def wrap(root):
+        root[0] = PTQWrapper(root[0], fp_name="1.0")  # copied from a sibling
+        root[1][0] = PTQWrapper(root[1][0], fp_name="0.0")  # a name that exists nowhere
+        return root
+
+    found = audit(model, wrap)
+    text = "\n".join(found.problems)
+    assert "fp_name '1.0' (Linear) but it wraps the float module at '0'" in text
+    assert "fp_name '0.0' names no module of the float model (its float module is at '1.0')" in text
+    clean = audit(torch.nn.Sequential(torch.nn.Linear(4, 4)), lambda m: PTQWrapHelper().wrap_supported(m, PTQConfig()))
+    assert clean.problems == [] and clean.wrappers == 1
+
+
+def test_name_contract_fails_when_a_wrapper_drops_its_childrens_names(monkeypatch):
+    import tico.quantization.wrapq.wrappers.llama.quant_mlp as quant_mlp
+
+    monkeypatch.setattr(quant_mlp, "join_name", lambda parent, child: None)
+    text = problems_text(run_check(LLAMA_MLP, "name_contract"))
+    assert "QuantLinear at wrapped.gate_proj.wrapped has no fp_name though it is nested in a named tree" in text
+
+
+def test_circle_call_names_an_input_bound_to_anothers_value(monkeypatch):
+    from tico.utils import signature
+
+    def bind_in_call_order(self, args, kwargs, check=True):
+        return list(signature.flatten_and_convert_args(args)) + list(
+            signature.flatten_and_convert_kwargs(kwargs).values()
+        )
+
+    monkeypatch.setattr(signature.ModelInputSpec, "bind", bind_in_call_order)
+    text = problems_text(run_check(ATTENTION, "circle_call"))
+    assert "input 0 'hidden_states' was bound to the value given for 'position_embeddings_0'" in text
+    assert "raised CircleRuntimeValidationError (FAKE_QUANTIZE)" in text
+
+
+def test_circle_call_compares_in_fake_quantize_where_native_execution_is_refused():
+    result = run_clean_check(ATTENTION, "circle_call")
+    assert result.passed and result.metrics["calls"] == 2
+    assert any("NATIVE execution refused by design" in note for note in result.notes)
+
+
+def test_circle_call_runs_circle_model_natively_where_the_runtime_can():
+    concat = next(c for c in CNN_CASES if c.name == "tico_concat")
+    result = run_clean_check(concat, "circle_call")
+    assert result.passed, problems_text(result)
+    assert result.metrics["calls"] == 2, result.notes  # its keyword call in FAKE_QUANTIZE and through CircleModel

@@ -1,0 +1,162 @@
+"""Regressions of the kinds tico's history shows, put back into a copy of tico 0.3.0, that leave the
+tiny outputs within their limits: the matrix must go red on them anyway, naming the change, and
+only through the check built for that kind (every other check of the items stays green, which is
+why each kind needs its own check). Each kind is seeded at least twice, in different places.
+
+- structure: what tico builds changes (a conversion pass dropped, a requantize) -> circle_structure;
+- names and keys: fp_name no longer the float module's path -> name_contract;
+- the runtime's call contract: keyword inputs bound wrongly -> circle_call.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pytest
+
+from tests.tico_tree import copy_tico, edit, run_harness
+
+
+@dataclass(frozen=True)
+class Seeded:
+    name: str
+    kind: str
+    edits: tuple[tuple[str, str, str], ...]
+    items: tuple[str, ...]  # node ids of (case, profile) groups: every check of each runs
+    check: str  # the one check that must go red
+    message: str  # a regex the failure must match, naming the change
+
+
+WRAPPERS = "quantization/wrapq/wrappers"
+
+SEEDED = [
+    Seeded(
+        # a pass dropped from the conversion pipeline: the broadcasts it removed stay in the graph
+        "expand-pass-dropped",
+        "structure",
+        (("utils/convert.py", "            RemoveRedundantExpand(),\n", ""),),
+        (
+            "cases/llama.py::llama_attention_prefill[tiny]",
+            "cases/gemma4.py::gemma4_vision_attention[tiny]",
+            "cases/qwen3_vl.py::qwen3_vl_vision_attention[tiny]",
+        ),
+        "circle_structure",
+        r"Circle structure changed .*: BROADCAST_TO \d+ -> \d+ in Quant\w+Attention",
+    ),
+    Seeded(
+        "linear-input-requantized",
+        "structure",
+        (
+            (
+                f"{WRAPPERS}/nn/quant_linear.py",
+                "        x_q = self._fq(x, self.obs_act_in)\n",
+                "        x_q = self._fq(self._fq(x, self.obs_act_in) * 1.0, self.obs_act_in)\n",
+            ),
+        ),
+        ("cases/nn.py::nn_linear[tiny]", "cases/qwen3_vl.py::qwen3_vl_vision_mlp[tiny]"),
+        "circle_structure",
+        r"Circle structure changed .*: MUL 0 -> \d+ in QuantLinear",
+    ),
+    Seeded(
+        # tico PR 658: PTQWrapHelper named the root "model", so every name below it had a prefix
+        "root-named-model",
+        "names",
+        (
+            (
+                "quantization/wrapq/wrap_helper.py",
+                "            return PTQWrapper(root, qcfg=qcfg, fp_name=fp_name)\n",
+                '            return PTQWrapper(root, qcfg=qcfg, fp_name=fp_name or "model")\n',
+            ),
+        ),
+        ("cases/llama.py::llama_mlp[tiny]", "cases/qwen3_vl.py::qwen3_vl_text_mlp[tiny]"),
+        "name_contract",
+        r"fp_name 'model\.(gate_proj|up_proj|down_proj)' names no module of the float model",
+    ),
+    Seeded(
+        "decoder-layer-keys-layer-local",
+        "names",
+        (
+            (
+                f"{WRAPPERS}/llama/quant_decoder_layer.py",
+                'fp_name=join_name(fp_name, "self_attn"),',
+                'fp_name="self_attn",',
+            ),
+        ),
+        ("cases/llama_model.py::llama_model[tiny]",),
+        "name_contract",
+        r"fp_name 'self_attn' names no module of the float model|fp_name 'self_attn\.q_proj' names no module",
+    ),
+    Seeded(
+        "mlp-sibling-name-copied",
+        "names",
+        (
+            (
+                f"{WRAPPERS}/llama/quant_mlp.py",
+                'mlp_fp.gate_proj, qcfg=gate_cfg, fp_name=join_name(fp_name, "gate_proj")',
+                'mlp_fp.gate_proj, qcfg=gate_cfg, fp_name=join_name(fp_name, "up_proj")',
+            ),
+        ),
+        ("cases/llama.py::llama_mlp[tiny]",),
+        "name_contract",
+        r"fp_name 'up_proj' \(Linear\) but it wraps the float module at 'gate_proj'",
+    ),
+    Seeded(
+        "keywords-bound-in-call-order",
+        "call contract",
+        (
+            (
+                "utils/signature.py",
+                "        for idx in range(len(args), len(self.names)):\n"
+                "            name = self.names[idx]\n"
+                "            inputs.append(kwargs[name])\n",
+                "        inputs.extend(kwargs.values())\n",
+            ),
+        ),
+        ("cases/llama.py::llama_attention_prefill[tiny]",),
+        "circle_call",
+        r"call by keyword, order .*: input 0 'hidden_states' was bound to the value given for 'position_embeddings_\d'",
+    ),
+    Seeded(
+        "tuple-keyword-names-drift",
+        "call contract",
+        (
+            (
+                "utils/signature.py",
+                'unpack_recursive(f"{name}_{i}", v, store)',
+                'unpack_recursive(f"{name}{i}", v, store)',
+            ),
+        ),
+        (
+            "cases/llama.py::llama_attention_prefill[tiny]",
+            "cases/qwen3_vl_text.py::qwen3_vl_text_attention_prefill[tiny]",
+        ),
+        "circle_call",
+        r"call by keyword, order .*: binding the inputs raised KeyError: 'position_embeddings_0'",
+    ),
+]
+
+
+@pytest.mark.parametrize("seeded", SEEDED, ids=lambda s: s.name)
+def test_a_seeded_tico_regression_is_red_through_its_own_check(tmp_path, seeded):
+    tree = copy_tico(tmp_path, seeded.name)
+    for relative, old, new in seeded.edits:
+        edit(tree, relative, old, new)
+    code, results, output = run_harness(tree, tmp_path, *seeded.items)
+    assert code == 1, output[-3000:]
+    failed = [r for r in results["results"] if r["outcome"] in ("failed", "error")]
+    assert {r["check"] for r in failed} == {seeded.check}, [(r["nodeid"], r["message"][-400:]) for r in failed]
+    red_groups = {r["nodeid"].rsplit("::", 1)[0] for r in failed}
+    assert red_groups == set(seeded.items), f"red on {sorted(red_groups)}, seeded for {seeded.items}"
+    for record in failed:
+        assert re.search(seeded.message, record["message"]), record["message"][-1500:]
+
+
+def test_every_kind_is_seeded_at_least_twice_in_more_than_one_place():
+    kinds: dict[str, list[Seeded]] = {}
+    for seeded in SEEDED:
+        kinds.setdefault(seeded.kind, []).append(seeded)
+    assert set(kinds) == {"structure", "names", "call contract"}
+    for kind, members in kinds.items():
+        assert len(members) >= 2, kind
+        assert len({e[0] for s in members for e in s.edits}) >= 2 or len({i for s in members for i in s.items}) >= 2

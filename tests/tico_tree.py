@@ -1,0 +1,54 @@
+"""A modified copy of the installed tico, and the harness run with it imported first, as a TICO
+checkout under review is (scripts/env.sh's WRAPQ_TICO=<dir> puts the tree in front the same way)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def installed_tico() -> Path:
+    spec = importlib.util.find_spec("tico")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def copy_tico(tmp_path: Path, name: str) -> Path:
+    tree = tmp_path / name
+    shutil.copytree(installed_tico(), tree / "tico", ignore=shutil.ignore_patterns("__pycache__"))
+    return tree
+
+
+def edit(tree: Path, relative: str, old: str, new: str) -> None:
+    path = tree / "tico" / relative
+    text = path.read_text()
+    assert text.count(old) == 1, f"{relative}: the edit's anchor must occur once"
+    path.write_text(text.replace(old, new))
+
+
+def run_harness(tree: Path, tmp_path: Path, *selection: str) -> tuple[int, dict, str]:
+    """pytest over ``selection`` (a ``-k`` expression or node ids) with ``tree`` first on the path,
+    caches off; (exit code, results.json, output)."""
+    report = tmp_path / f"reports-{tree.name}-{len(list(tmp_path.glob('reports-*')))}"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]), WRAPQ_TICO=str(tree))
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--no-circle-cache",
+        "--no-export-cache",
+        f"--wrapq-report-dir={report}",
+        *selection,
+    ]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    results = json.loads((report / "results.json").read_text())
+    return done.returncode, results, done.stdout + done.stderr
