@@ -658,6 +658,8 @@ _TEXT_MODEL_PLE_SWEEP = Sweep(
         "ple": "hidden_size_per_layer_input > 0: the per-layer table lookup, projection, norm and their observers "
         "(QuantGemma4TextModel.get_per_layer_inputs, project_per_layer_inputs) feeding each layer's slice"
     },
+    # nightly only: the PR gate runs the same PLE path through gemma4_ple_scale_fusion_text_model
+    pr=(),
     overrides={"ple=16": {"settings": {"quant_accuracy": TEXT_MODEL_PLE_LIMITS}}},
 )
 

@@ -189,7 +189,8 @@ MODEL_SWEEP = Sweep(
         "mask": "QuantLlamaModel.get_attention_mask_for on an int64 mask: turned bool, then added to the causal "
         "template as given",
     },
-    pr="each",
+    # the tokenizer-form mask is a strict xfail on its finding: the nightly keeps it, the PR gate's budget does not
+    pr=("use_cache=True",),
     nightly="each",
     overrides={
         # the prefill with a cache feeds the new K/V observers (the past ones stay unused: no past is given)
