@@ -178,6 +178,23 @@ def test_a_failure_an_api_change_explains_is_sorted_there_and_anything_else_stay
     assert any(line.startswith("api    static-decoder-explicit-mask: 1 item(s) red") for line in lines)
 
 
+def test_new_problems_of_one_shape_are_one_line_with_their_count():
+    from harness.tico_facts.finding_status import render_lines
+
+    fed = "observer layers.{i}.self_attn.obs_past_key was never fed during calibration"
+    summary = {
+        "findings": [],
+        "new_problems": [{"where": f"m{i}[tiny]::observer_use", "problem": fed.format(i=i)} for i in range(24)]
+        + [{"where": "g[tiny]::golden", "problem": "golden tensor set changed"}],
+    }
+    lines = render_lines(summary)
+    assert lines == [
+        "new    24 items (m0[tiny]::observer_use, ...): observer layers.0.self_attn.obs_past_key was never fed during "
+        "calibr...",
+        "new    g[tiny]::golden: golden tensor set changed",
+    ]
+
+
 # -- judging on the recorded tico and on another -----------------------------------------------
 
 TWO = Expected("a", problems=(r"^alpha \d+$",), finding="first") + Expected(

@@ -6,6 +6,7 @@ same function serves the terminal, results.json, the report, ``python -m harness
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable
 
 from harness.records import rerun
@@ -13,6 +14,8 @@ from harness.tico_facts.findings_data import FindingsError, api_change_of, regis
 
 OPEN, FIXED, NEW = "open", "fixed", "new"
 _FAILED = ("failed", "error", "crashed")
+# what differs between items with the same problem: numbers, layer indices, quoted sizes
+_VARYING = re.compile(r"[-+]?\d+(\.\d+)?([eE][-+]?\d+)?")
 
 
 def _where(record: dict[str, Any]) -> str:
@@ -144,10 +147,27 @@ def render_lines(summary: dict[str, Any], width: int = 118) -> list[str]:
     for change in summary.get("api_changes", []):
         line = f"api    {change['id']}: {len(change['items'])} item(s) red until the case follows: {change['title']}"
         lines.append(line if len(line) <= width else line[: width - 3] + "...")
-    for problem in summary["new_problems"]:
-        line = f"new    {problem['where']}: {problem['problem']}"
+    for group in group_new_problems(summary["new_problems"]):
+        first = group[0]
+        if len(group) == 1:
+            line = f"new    {first['where']}: {first['problem']}"
+        else:
+            line = f"new    {len(group)} items ({first['where']}, ...): {first['problem']}"
         lines.append(line if len(line) <= width else line[: width - 3] + "...")
     return lines
+
+
+def problem_shape(problem: str) -> str:
+    """A problem line with what varies between items masked, so one cause reads as one shape."""
+    return _VARYING.sub("#", problem)
+
+
+def group_new_problems(problems: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """New problems grouped by shape, in first-seen order: one terminal line per cause, with its count."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for problem in problems:
+        groups.setdefault(problem_shape(problem["problem"]), []).append(problem)
+    return list(groups.values())
 
 
 def compare(base: dict[str, Any], head: dict[str, Any]) -> list[dict[str, str]]:
