@@ -23,9 +23,13 @@ def _scope(name: str) -> str:
     return name.split("::", 1)[0].rsplit(".", 1)[-1] or GRAPH_SCOPE
 
 
+def _has_qparams(tensor: Any) -> bool:
+    return tensor.quantization is not None and tensor.is_quantized
+
+
 def _kind(tensor: Any) -> str:
     """'<dtype> q' for a tensor carrying qparams, '<dtype>' otherwise; 'const' prefix for weights."""
-    label = str(tensor.dtype) + (" q" if tensor.quantization is not None and tensor.is_quantized else "")
+    label = str(tensor.dtype) + (" q" if _has_qparams(tensor) else "")
     return ("const " if tensor.is_constant else "") + label
 
 
@@ -39,7 +43,7 @@ def _interface(program: Any, indices: tuple[int, ...], by_name: bool) -> list[di
                 "name": tensor.name.split("::")[-1] if by_name else _scope(tensor.name),
                 "shape": list(tensor.shape),
                 "dtype": str(tensor.dtype),
-                "qparams": tensor.quantization is not None and tensor.is_quantized,
+                "qparams": _has_qparams(tensor),
             }
         )
     return described
