@@ -65,6 +65,13 @@ def test_labels_name_only_the_axes_off_baseline_in_axis_order():
     assert [v.label for v in variants(sweep, "nightly")] == ["heads=4,kv_heads=2", "kv_heads=2", "heads=4"]
 
 
+def test_an_empty_pr_set_leaves_every_variant_to_the_nightly():
+    sweep = Sweep(axes={"kv_heads": (1, 2)}, pr=())
+    validate(sweep, ("tiny",), CALLABLES)
+    assert variants(sweep, "pr") == []
+    assert [v.label for v in variants(sweep, "nightly")] == ["kv_heads=2"]
+
+
 @pytest.mark.parametrize(
     "sweep, field, message",
     [
@@ -73,6 +80,7 @@ def test_labels_name_only_the_axes_off_baseline_in_axis_order():
         (Sweep(axes={"kv_heads": (1,)}), "sweep.axes['kv_heads']", "at least two values"),
         (Sweep(axes={"kv_heads": (1, 2.5)}), "sweep.axes['kv_heads']", "must be an int, a bool or a string"),
         (Sweep(axes={"kv_heads": (1, 2)}, nightly="everything"), "sweep.nightly", "is not one of"),
+        (Sweep(axes={"kv_heads": (1, 2)}, nightly=()), "sweep.nightly", "a tuple of selectors, not empty"),
         (
             Sweep(axes={"kv_heads": (1, 2)}, overrides={"kv_heads=2": {"seed": 3}}),
             "sweep.overrides['kv_heads=2']",

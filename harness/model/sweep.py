@@ -56,8 +56,9 @@ class Sweep:
     """Axes of one case and the variants its PR gate and nightly run.
 
     ``axes``: axis -> values, the first the baseline (what the case's builder and ptq_config
-    default to). ``pr`` / ``nightly``: a mode of SET_MODES or a tuple of selectors; the nightly set
-    always includes the PR set. ``overrides``: selector -> {Case field: value}, applied to every
+    default to). ``pr`` / ``nightly``: a mode of SET_MODES or a tuple of selectors (``pr=()``: the PR
+    gate runs the baseline only, the variants are nightly); the nightly set always includes the PR set.
+    ``overrides``: selector -> {Case field: value}, applied to every
     variant the selector matches (expected failures, allowlists, limits of that variant); in a
     mapping field a None value drops the key (an expectation whose cause the variant lacks).
     ``profiles``: the profiles the variants run at (other profiles run the baseline only).
@@ -122,11 +123,15 @@ def validate(sweep: Any, case_profiles: tuple[str, ...], callables: Mapping[str,
         if isinstance(spec, str):
             if spec not in SET_MODES:
                 raise SweepError(f"sweep.{name}", f"{spec!r} is not one of {SET_MODES} or a tuple of selectors")
-        elif isinstance(spec, tuple) and spec:
+        elif isinstance(spec, tuple) and (spec or name == "pr"):
             for selector in spec:
                 parse_selector(sweep, selector, f"sweep.{name}")
         else:
-            raise SweepError(f"sweep.{name}", "must be one of {SET_MODES} or a non-empty tuple of selectors")
+            raise SweepError(
+                f"sweep.{name}",
+                f"must be one of {SET_MODES} or a tuple of selectors"
+                + (" (empty: the PR gate runs the baseline only)" if name == "pr" else ", not empty"),
+            )
     if not isinstance(sweep.profiles, tuple) or not sweep.profiles or not set(sweep.profiles) <= set(case_profiles):
         raise SweepError("sweep.profiles", f"must be a non-empty tuple of profiles the case runs {case_profiles}")
     if not isinstance(sweep.why, Mapping) or set(sweep.why) - set(sweep.axes):
