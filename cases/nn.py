@@ -297,6 +297,8 @@ CASES = [
             "wrapper_registry": "the root is a test composite; embed and lm_head are wrapped one by one to keep "
             "the tie",
             "ptq_overrides": "the root is a test composite that owns no observer of its own",
+            "override_scope": "the case wraps embed and lm_head one by one with the root's config (to keep the "
+            "tie), so no child path addresses an override",
         },
         expected_failures={"qparam_consistency": replaced_qparams(rotate_half=False, embedding=True)},
         **_LEAF,

@@ -1,7 +1,8 @@
 """The checks for what tico builds rather than what it outputs: circle_structure (the Circle graph
 against its baseline), name_contract (fp_name is the float module's path), circle_call (the Circle
-model called by keyword). Each fails on a seeded defect with a message naming it and passes on clean
-tico; tests/test_seeded_tico_regressions.py seeds the same kinds into a copy of tico."""
+model called by keyword), override_scope (an override lands on exactly its module). Each fails on a
+seeded defect with a message naming it and passes on clean tico; tests/test_seeded_tico_regressions.py
+seeds the same kinds into a copy of tico."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from harness.circle.structure import differences
 from harness.golden import structure_store
 from harness.pipeline import Pipeline, RunSettings
 from harness.primitives.fp_name_audit import audit
+from harness.primitives.override_addressing import probe as override_probe
 from tests.helpers import CHECKS, problems_text, run_check, run_clean_check
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +34,7 @@ def _structure_run(golden_dir: Path, case=NN_LINEAR, update: str | None = None, 
     return CHECKS["circle_structure"].run(Pipeline(case, "tiny", settings=settings))
 
 
-@pytest.mark.parametrize("check", ["circle_structure", "name_contract", "circle_call"])
+@pytest.mark.parametrize("check", ["circle_structure", "name_contract", "circle_call", "override_scope"])
 @pytest.mark.parametrize("case", [NN_LINEAR, ATTENTION], ids=lambda c: c.name)
 def test_clean_tico_passes(case, check):
     result = run_clean_check(case, check)
@@ -144,3 +146,53 @@ def test_circle_call_runs_circle_model_natively_where_the_runtime_can():
     result = run_clean_check(concat, "circle_call")
     assert result.passed, problems_text(result)
     assert result.metrics["calls"] == 2, result.notes  # its keyword call in FAKE_QUANTIZE and through CircleModel
+
+
+def _two_layer_model() -> torch.nn.Module:
+    layers = torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)])
+    return torch.nn.Sequential(layers, torch.nn.Linear(4, 4))
+
+
+def _wrap_layers(layer_scope):
+    """Wrap ``_two_layer_model`` as a model wrapper does, layer ``i`` with the scope ``layer_scope(i)``."""
+    from tico.quantization.wrapq.wrappers.ptq_wrapper import PTQWrapper
+
+    def wrap(model, cfg):
+        for i in range(2):
+            model[0][i] = PTQWrapper(model[0][i], qcfg=cfg.child("0").child(layer_scope(i)), fp_name=f"0.{i}")
+        model[1] = PTQWrapper(model[1], qcfg=cfg.child("1"), fp_name="1")
+        return model
+
+    return wrap
+
+
+def test_override_scope_aims_at_the_last_layer_and_passes_where_each_layer_reads_its_index():
+    from tico.quantization.config.ptq import PTQConfig
+
+    report = override_probe(_two_layer_model(), PTQConfig(), _wrap_layers(str))
+    assert [t.address for t in report.targets] == [("0", "0", "weight"), ("0", "1", "weight")]
+    assert report.problems == [] and len(report.rows) == 2 * 5
+    assert all(row["moved"] == [row["target"]] for row in report.rows)
+
+
+def test_override_scope_names_an_override_that_reaches_no_layer_or_every_layer():
+    from tico.quantization.config.ptq import PTQConfig
+
+    none = "\n".join(override_probe(_two_layer_model(), PTQConfig(), _wrap_layers(lambda i: "0")).problems)
+    assert "override 0.1.weight -> int16 (set_override(tuple), kwargs) did not reach it (still uint8)" in none
+    every = "\n".join(override_probe(_two_layer_model(), PTQConfig(), _wrap_layers(lambda i: "1")).problems)
+    assert "override 0.1.weight -> int16 (dot-path key, QuantSpec leaf) also moved 1 other observers" in every
+    assert "e.g. ['0.0.weight']" in every
+
+
+def test_override_scope_fails_when_a_wrapper_hands_a_child_its_siblings_scope(monkeypatch):
+    from tico.quantization.config.ptq import PTQConfig
+
+    child = PTQConfig.child
+    swapped = {"q_proj": "k_proj", "k_proj": "q_proj"}
+    monkeypatch.setattr(PTQConfig, "child", lambda self, scope: child(self, swapped.get(scope, scope)))
+    result = run_check(ATTENTION, "override_scope")
+    text = problems_text(result)
+    assert "override q_proj.weight -> int16 (nested mapping, kwargs leaf) did not reach it (still uint8);" in text
+    assert "it moved 1 other observers instead, e.g. ['k_proj.weight']" in text
+    assert result.metrics["misplaced_overrides"] == 5

@@ -5,7 +5,8 @@ why each kind needs its own check). Each kind is seeded at least twice, in diffe
 
 - structure: what tico builds changes (a conversion pass dropped, a requantize) -> circle_structure;
 - names and keys: fp_name no longer the float module's path -> name_contract;
-- the runtime's call contract: keyword inputs bound wrongly -> circle_call.
+- the runtime's call contract: keyword inputs bound wrongly -> circle_call;
+- override scope: an override aimed at one module lands on none or on another -> override_scope.
 """
 
 from __future__ import annotations
@@ -134,6 +135,45 @@ SEEDED = [
         "circle_call",
         r"call by keyword, order .*: binding the inputs raised KeyError: 'position_embeddings_0'",
     ),
+    Seeded(
+        # the decoder layers get the "layers" scope itself, not their index's
+        "layer-index-scope-dropped",
+        "override scope",
+        (
+            (
+                f"{WRAPPERS}/llama/quant_model.py",
+                "child_cfg = layers_cfg.child(child_scope) if layers_cfg is not None else None",
+                "child_cfg = layers_cfg",
+            ),
+        ),
+        ("cases/llama_model.py::llama_model[tiny]",),
+        "override_scope",
+        r"override layers\.1\.self_attn\.q_proj\.weight -> \S+ \(.*\) did not reach it \(still uint8\)",
+    ),
+    Seeded(
+        # every text layer reads layer 0's overrides
+        "layers-read-layer-0-scope",
+        "override scope",
+        (
+            (
+                f"{WRAPPERS}/gemma4/quant_text_model.py",
+                'qcfg=qcfg.child("layers").child(str(i)) if qcfg else None,',
+                'qcfg=qcfg.child("layers").child("0") if qcfg else None,',
+            ),
+        ),
+        ("cases/gemma4_text.py::gemma4_text_model[tiny]",),
+        "override_scope",
+        r"override layers\.1\.self_attn\.q_proj\.weight -> \S+ \(.*\) did not reach it \(still uint8\)",
+    ),
+    Seeded(
+        # dot-path keys kept as literal keys: the config takes them and nothing reads them
+        "dot-path-keys-not-expanded",
+        "override scope",
+        (("quantization/config/ptq.py", 'if isinstance(key, str) and "." in key:', "if False:"),),
+        ("cases/llama.py::llama_mlp[tiny]", "cases/qwen3_vl.py::qwen3_vl_vision_block[tiny]"),
+        "override_scope",
+        r"override \S+ -> \S+ \(dot-path key, QuantSpec leaf\) did not reach it",
+    ),
 ]
 
 
@@ -156,7 +196,7 @@ def test_every_kind_is_seeded_at_least_twice_in_more_than_one_place():
     kinds: dict[str, list[Seeded]] = {}
     for seeded in SEEDED:
         kinds.setdefault(seeded.kind, []).append(seeded)
-    assert set(kinds) == {"structure", "names", "call contract"}
+    assert set(kinds) == {"structure", "names", "call contract", "override scope"}
     for kind, members in kinds.items():
         assert len(members) >= 2, kind
         assert len({e[0] for s in members for e in s.edits}) >= 2 or len({i for s in members for i in s.items}) >= 2
