@@ -1,5 +1,6 @@
-"""PTQ algorithms before wrapq: GPTQ (and its FPI and model-specific variants), SmoothQuant and
-Cross-Layer Equalization handed to the Llama and Qwen3-VL wrappers.
+"""PTQ algorithms before wrapq on one layer: GPTQ (and UniversalGPTQ), SmoothQuant and Cross-Layer
+Equalization handed to the Llama wrappers; the GPTQ runs and handoffs the whole-model cases
+(cases/algorithm_models.py) share.
 
 Each case runs the sequence tico's own recipe and examples run (recipes/stages/gptq.py, ptq.py;
 wrapq/examples/quantize_with_gptq.py): the algorithm on the float module through
@@ -11,10 +12,10 @@ check runs on the result; ``algorithm_handoff`` proves the wrappers and the Circ
 what the algorithm computed and ``algorithm_gain`` measures the algorithm's claim against the
 same PTQ flow without it.
 
-GPTQ's quantizers are read from the float module GPTQ converted, before PTQ prepare: on a
-single layer, tico's ``find_gptq_quantizers`` finds none after prepare (the layer wrappers keep
-the float module's children, not the module that carries ``quantizers``; only the causal-LM
-wrapper copies them, llama/quant_model_for_causal_lm.py:52).
+On a single layer GPTQ's quantizers are read from the float module GPTQ converted, before PTQ
+prepare: tico's ``find_gptq_quantizers`` finds none after prepare there (the layer wrappers keep the
+float module's children, not the module that carries ``quantizers``). On a whole model they are
+found where tico's recipe finds them (``gptq_model_handoff``, cases/algorithm_models.py).
 
 SmoothQuant runs on the layer held under a parent module, as a model holds it: on the bare
 layer tico's ``apply_smoothing`` looks its statistics up as ``name + ".self_attn.q_proj"``
@@ -28,7 +29,7 @@ import dataclasses
 
 import torch
 
-from cases import gemma4_multimodal, llama, llama_model, qwen3_vl_text
+from cases import llama
 from harness import (
     AlgorithmCapability,
     AlgorithmRecord,
@@ -37,7 +38,8 @@ from harness import (
     Sample,
     WeightGrid,
     capture_linear_inputs,
-    expect,
+    gptq_quantizers_on_prepared,
+    inject_gptq_with_key_table,
     merged_settings,
 )
 
@@ -92,14 +94,14 @@ def gptq_record(module: torch.nn.Module, calibration: tuple, call) -> AlgorithmR
 
 
 def record_gptq_grids(module: torch.nn.Module, record: AlgorithmRecord, label: str) -> None:
-    """The grid and output weight of every linear GPTQ quantized (``module.quantizers``, by module name)."""
+    """The grid and output weight of every linear GPTQ quantized (``module.quantizers``, by module name).
+    A key that names no module of the float model is kept in the facts: the handoff's key table
+    (``algorithm_handoff``) names it, while every other check still runs."""
     modules = dict(module.named_modules())
     for name, quantizer in module.quantizers.items():
         if name not in modules:
-            linears = sorted(n for n, m in modules.items() if isinstance(m, torch.nn.Linear))
-            raise KeyError(
-                f"{label} named a quantized module {name!r} the module does not have (its linears: {linears})"
-            )
+            record.facts.setdefault("gptq_keys_naming_no_module", []).append(f"{label}: {name}")
+            continue
         record.grids[name] = WeightGrid(
             scale=quantizer.scale.detach().reshape(-1).clone(),
             zero_point=quantizer.zero.detach().reshape(-1).clone(),
@@ -109,13 +111,16 @@ def record_gptq_grids(module: torch.nn.Module, record: AlgorithmRecord, label: s
 
 
 def gptq_handoff(prepared: torch.nn.Module, module: torch.nn.Module, record: AlgorithmRecord) -> None:
-    """tico's GPTQ -> PTQ handoff, as its recipe's PTQ stage runs it."""
-    from tico.quantization.recipes.qparams import inject_gptq_qparams
+    """tico's GPTQ -> PTQ handoff on one layer, as its layer examples run it: the float module's
+    quantizers (a layer wrapper does not carry them, so find_gptq_quantizers finds none after prepare)."""
+    inject_gptq_with_key_table(prepared, module.quantizers, "the float module", record.facts)
 
-    stats = inject_gptq_qparams(prepared, module.quantizers)
-    if stats["matched"] == 0:
-        raise RuntimeError(f"inject_gptq_qparams matched no weight observer: {stats}")
-    record.facts["inject_gptq_qparams"] = stats
+
+def gptq_model_handoff(prepared: torch.nn.Module, module: torch.nn.Module, record: AlgorithmRecord) -> None:
+    """tico's GPTQ -> PTQ handoff on a whole model, as its recipe's PTQ stage runs it: the quantizers
+    where ``find_gptq_quantizers`` finds them on the prepared tree."""
+    quantizers, owner = gptq_quantizers_on_prepared(prepared)
+    inject_gptq_with_key_table(prepared, quantizers, owner, record.facts)
 
 
 def _w4a16_config(profile: str):
@@ -318,13 +323,6 @@ CLE = AlgorithmCapability(
     claims=("float_identity",),
     description="Cross-Layer Equalization of up_proj -> down_proj (absmax), then wrapq's PTQConfig",
 )
-FPI_GPTQ_W8 = AlgorithmCapability(
-    name="fpi_gptq",
-    run=gptq_run("FPIGPTQConfig"),
-    handoff=gptq_handoff,
-    claims=("layer_reconstruction",),
-    description="tico's FPI-GPTQ (fixed-point iteration) with its default 8-bit grid, then wrapq's PTQConfig",
-)
 
 
 def _npu(sample: Sample) -> Sample:
@@ -436,119 +434,3 @@ CASES = [
         ),
     ),
 ]
-
-
-# --- FPI-GPTQ on the whole tiny Llama causal LM (nightly) --------------------------------------
-# FPI-GPTQ names its quantizers "model.layers.<i>.<linear>" on a model and "<i>.<linear>" on anything
-# else (FPIGPTQQuantizer.convert), so it runs on a model, as its users call it.
-
-
-def nightly_whole_model(base, name: str, algorithm: AlgorithmCapability, **changes):
-    """A model-level case run nightly at its tiny sizes with an algorithm before wrapq. No golden: GPTQ's
-    sequential rounding turns kernel-selection float differences into different codes on a whole model;
-    its limits gate (docs/case-measurements.md#qwen3_vl_gptq_for_conditional_generation)."""
-    return dataclasses.replace(
-        base,
-        name=name,
-        sweep=None,  # the base's configuration sweep is the base's
-        algorithm=algorithm,
-        description=algorithm.description,
-        profiles=(NIGHTLY,),
-        golden_profiles=(),
-        build=lambda profile: base.build("tiny"),
-        **changes,
-    )
-
-
-_CAUSAL_LM = {case.name: case for case in llama_model.CASES}["llama_for_causal_lm"]
-CASES.append(nightly_whole_model(_CAUSAL_LM, "llama_fpi_gptq_for_causal_lm", FPI_GPTQ_W8))
-
-
-# --- Gemma4: tico's model-specific GPTQ on the whole tiny text-only causal LM (nightly) ----------
-
-_GEMMA4_CAUSAL_LM = {case.name: case for case in gemma4_multimodal.CASES}["gemma4_for_causal_lm"]
-# The text-only setup Gemma4GPTQConfig documents for Gemma4ForCausalLM (its vision stage switches off, as
-# validate() requires with quantize_vision=False).
-GEMMA4_TEXT_ONLY_GPTQ = dict(
-    quantize_vision=False,
-    quantize_vision_patch_embed=False,
-    quantize_vision_blocks=False,
-    quantize_vision_pooler=False,
-    quantize_multimodal_embedder=False,
-    language_model_attr="model",
-    text_layers_attr="model.layers",
-)
-GEMMA4_GPTQ = AlgorithmCapability(
-    name="gemma4_gptq",
-    run=gptq_run("Gemma4GPTQConfig", **GEMMA4_TEXT_ONLY_GPTQ),
-    handoff=gptq_handoff,
-    claims=("layer_reconstruction",),
-    description="tico's Gemma4GPTQ (stagewise text decoder layers) on the whole causal LM, then wrapq's PTQConfig",
-)
-# Every check that runs the algorithm stage stops there (findings/tico.toml; tests/test_algorithm_findings.py).
-GEMMA4_GPTQ_VISION_TOWER = expect("gemma4-gptq-text-only-vision-tower")
-_AFTER_THE_ALGORITHM = (
-    "algorithm_gain",
-    "algorithm_handoff",
-    "attribution",
-    "calibration_coverage",
-    "circle_call",
-    "circle_replay",
-    "circle_structure",
-    "export_contract",
-    "lifecycle",
-    "mask_quant",
-    "name_contract",
-    "observer_use",
-    "ptq_overrides",
-    "qparam_audit",
-    "qparam_consistency",
-    "quant_accuracy",
-    "torch_export",
-    "wrapper_registry",
-)
-CASES.append(
-    nightly_whole_model(
-        _GEMMA4_CAUSAL_LM,
-        "gemma4_gptq_for_causal_lm",
-        GEMMA4_GPTQ,
-        expected_failures={
-            **_GEMMA4_CAUSAL_LM.expected_failures,
-            **{check: GEMMA4_GPTQ_VISION_TOWER for check in _AFTER_THE_ALGORITHM},
-        },
-    )
-)
-
-
-# --- Qwen3-VL: tico's model-specific GPTQ on the whole tiny model (nightly) ---------------------
-
-_QWEN_BASE = {case.name: case for case in qwen3_vl_text.CASES}["qwen3_vl_for_conditional_generation"]
-
-QWEN3_VL_GPTQ = AlgorithmCapability(
-    name="qwen3_vl_gptq",
-    run=gptq_run("Qwen3VLGPTQConfig"),
-    handoff=gptq_handoff,
-    claims=("layer_reconstruction",),
-    description="tico's Qwen3VLGPTQ (stagewise, vision then text) on the whole model, then wrapq's PTQConfig",
-)
-
-# The deployed model loses log2(sqrt(head_dim)) bits on every K row (findings/tico.toml).
-QWEN_VISION_QKV_FOLD = expect("qwen3-vl-vision-qkv-fold-gptq")
-
-CASES.append(
-    nightly_whole_model(
-        _QWEN_BASE,
-        "qwen3_vl_gptq_for_conditional_generation",
-        QWEN3_VL_GPTQ,
-        expected_failures={**_QWEN_BASE.expected_failures, "algorithm_handoff": QWEN_VISION_QKV_FOLD},
-        not_applicable={
-            **_QWEN_BASE.not_applicable,
-            "ptq_overrides": (
-                "its override target is the patch embedding's weight observer, which GPTQ hands an 8-bit grid: "
-                "inject_gptq_qparams refuses an int16 observer by design (recipes/qparams.py:102, 'qparam reuse "
-                "does not "
-                "convert bit widths')"
-            ),
-        },
-    )
-)

@@ -27,7 +27,8 @@ from typing import Any, Callable
 import torch
 
 from cases import llama_model
-from cases.algorithms import gptq_handoff, gptq_record, nightly_whole_model, record_gptq_grids
+from cases.algorithm_models import nightly_whole_model
+from cases.algorithms import gptq_model_handoff, gptq_record, record_gptq_grids
 from harness import AlgorithmCapability, AlgorithmRecord
 
 RECIPE = Path(__file__).parent / "recipes" / "llama_gptq.yaml"
@@ -118,7 +119,7 @@ def recipe_gptq_run(recipe: Path = RECIPE):
 RECIPE_GPTQ = AlgorithmCapability(
     name="recipe_gptq",
     run=recipe_gptq_run(),
-    handoff=gptq_handoff,
+    handoff=gptq_model_handoff,
     claims=("layer_reconstruction",),
     description=(
         "tico's QuantizationRunner on a recipe YAML (out-of-tree adapter through extensions): its GPTQ stage "

@@ -25,6 +25,8 @@ from harness.model.check_settings import merged as merged_settings
 from harness.model.expectations import Expected
 from harness.model.sweep import Sweep
 from harness.primitives.capture import first_call_kwarg
+from harness.primitives.gptq_match import find_on_prepared as gptq_quantizers_on_prepared
+from harness.primitives.gptq_match import handoff as inject_gptq_with_key_table
 from harness.primitives.lifecycle_ops import unwrap
 from harness.tico_facts.findings_data import expect, expect_on
 
@@ -57,3 +59,4 @@ __all__ = [
     "whole_module_export",
 ]
 __all__ += ["AlgorithmCapability", "AlgorithmRecord", "WeightGrid", "capture_linear_inputs", "expect", "expect_on"]
+__all__ += ["gptq_quantizers_on_prepared", "inject_gptq_with_key_table"]

@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from cases import algorithms, gemma4_multimodal, llama
+from cases import algorithm_models, algorithms, gemma4_multimodal, llama
 from tests.helpers import run_check
 
 GPTQ_MLP = {case.name: case for case in algorithms.CASES}["llama_gptq_mlp_w4a16"]
@@ -133,7 +133,7 @@ def test_qwen3_vl_vision_qkv_fold_is_missing_from_the_gptq_handoff(monkeypatch):
     from tico.quantization.recipes import qparams
 
     case = dataclasses.replace(
-        {c.name: c for c in algorithms.CASES}["qwen3_vl_gptq_for_conditional_generation"], export=None
+        {c.name: c for c in algorithm_models.CASES}["qwen3_vl_gptq_for_conditional_generation"], export=None
     )
     broken = run_check(case, "algorithm_handoff", profile=algorithms.NIGHTLY)
     assert broken.problems and all(".attn.qkv:" in p for p in broken.problems), broken.problems
@@ -170,10 +170,10 @@ def test_gemma4_gptq_text_only_setup_validates_and_then_looks_for_a_vision_tower
     from tico.quantization import convert, prepare
     from tico.quantization.config.gemma4_gptq import Gemma4GPTQConfig
 
-    case = {c.name: c for c in algorithms.CASES}["gemma4_gptq_for_causal_lm"]
+    case = {c.name: c for c in algorithm_models.CASES}["gemma4_gptq_for_causal_lm"]
     torch.manual_seed(case.seed)
     built = gemma4_multimodal.build_causal_lm("tiny")
-    config = Gemma4GPTQConfig(show_progress=False, **algorithms.GEMMA4_TEXT_ONLY_GPTQ)
+    config = Gemma4GPTQConfig(show_progress=False, **algorithm_models.GEMMA4_TEXT_ONLY_GPTQ)
     config.validate()
     assert not hasattr(built.module.model, "vision_tower")
     prepared = prepare(built.module, config, inplace=True)

@@ -148,3 +148,21 @@ def test_handoff_catches_gptq_scales_not_refolded_for_k_proj(monkeypatch):
     assert not result.passed
     assert "k_proj: the weight observer does not apply the algorithm's qparams" in text
     assert "q_proj" not in text and "v_proj" not in text and "o_proj" not in text
+
+
+def test_the_gptq_key_table_matches_every_key_on_clean_tico_and_names_keys_no_wrapper_carries(monkeypatch):
+    clean = run_check(GPTQ_MLP, "algorithm_handoff")
+    table = clean.evidence["gptq_keys"]
+    assert clean.passed and table["found_on"] == "the float module" and table["unused"] == []
+    assert [row["key"] for row in table["table"]] == ["down_proj", "gate_proj", "up_proj"]
+    assert table["tico_stats"] == {"matched": 3, "missed": 0, "unused": 0}
+
+    import tico.quantization.wrapq.wrappers.llama.quant_mlp as quant_mlp
+
+    # the MLP wrapper prefixes its children's names: GPTQ's keys (the float paths) reach none of them
+    monkeypatch.setattr(quant_mlp, "join_name", lambda parent, child: f"mlp.{child}")
+    text = problems_text(run_check(GPTQ_MLP, "algorithm_handoff"))
+    assert (
+        "3 of 3 GPTQ quantizers match no wrapper's fp_name, so inject_gptq_qparams leaves their grids unused: "
+        "['down_proj', 'gate_proj', 'up_proj']" in text
+    )

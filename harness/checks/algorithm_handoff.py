@@ -9,7 +9,9 @@ the weight observer applies the algorithm's per-channel scale (times that factor
 point in QUANT and its fake-quant reproduces the algorithm's integer codes. Where the case
 exports, the Circle model holds a constant with exactly those codes and qparams. A wrapper that
 recomputes weight qparams from min/max, or weights the algorithm left unsmoothed, fail here
-even when the output stays close enough to pass quant_accuracy.
+even when the output stays close enough to pass quant_accuracy. For GPTQ the key table the handoff
+recorded (harness/primitives/gptq_match.py) must show the quantizers found where tico's PTQ stage
+looks and every key matched by a wrapper's fp_name.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 
 from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult, Metric, requires_capability
+from harness.primitives import gptq_match
 
 # Weights reach the wrapper tree by copy (bitwise); a fold or the harness's own smoothing
 # arithmetic may differ by float32 rounding: a few ulp of the largest element.
@@ -240,13 +243,29 @@ def run(pipeline) -> CheckResult:
                 result.fail(
                     f"{name}: the Circle model holds no constant with the algorithm's codes and qparams ({where})"
                 )
+    keys = _key_table(result, record)
     if compared == 0:
         result.fail("the algorithm record names no tensor the wrapper tree holds: nothing was compared")
     result.metrics.update(
-        {"handed_over": compared, "code_mismatches": code_mismatches, "circle_checked": circle_checked}
+        {"handed_over": compared, "code_mismatches": code_mismatches, "circle_checked": circle_checked, **keys}
     )
-    result.evidence.update({"tensors": rows, "algorithm": pipeline.case.algorithm.name, "facts": record.facts})
+    facts = {k: v for k, v in record.facts.items() if k != "gptq_match"}
+    result.evidence.update({"tensors": rows, "algorithm": pipeline.case.algorithm.name, "facts": facts})
     return result
+
+
+def _key_table(result: CheckResult, record) -> dict[str, int]:
+    """The GPTQ key table the handoff recorded (quantizer keys against the wrappers' fp_names): its
+    problems fail the check, the table goes in the evidence."""
+    for unresolved in record.facts.get("gptq_keys_naming_no_module", []):
+        result.fail(f"GPTQ keyed a quantizer by a name no module of the float model has ({unresolved})")
+    table = record.facts.get("gptq_match")
+    if table is None:
+        return {}
+    result.evidence["gptq_keys"] = table
+    for problem in gptq_match.problems(table, sorted(record.grids)):
+        result.fail(problem)
+    return {"gptq_keys_matched": table["matched"], "gptq_keys_unused": len(table["unused"])}
 
 
 CHECK = Check(
@@ -259,6 +278,8 @@ CHECK = Check(
         Metric("handed_over", better=None, label="tensors handed over"),
         Metric("code_mismatches", better="lower", limit="max_code_mismatches", label="codes not the algorithm's"),
         Metric("circle_checked", better=None, label="weights found in Circle"),
+        Metric("gptq_keys_matched", better=None, label="GPTQ keys matched"),
+        Metric("gptq_keys_unused", label="GPTQ keys unused"),
     ),
     report=EVIDENCE_DETAILS,
 )
