@@ -196,3 +196,16 @@ def test_override_scope_fails_when_a_wrapper_hands_a_child_its_siblings_scope(mo
     assert "override q_proj.weight -> int16 (nested mapping, kwargs leaf) did not reach it (still uint8);" in text
     assert "it moved 1 other observers instead, e.g. ['k_proj.weight']" in text
     assert result.metrics["misplaced_overrides"] == 5
+
+
+def test_circle_call_probes_that_another_batch_and_dtype_are_refused_by_name(monkeypatch):
+    clean = run_clean_check(NN_LINEAR, "circle_call")
+    assert set(clean.evidence["refusals"]) == {"batch", "dtype"}
+    assert "Input 'args_0' has wrong dimension torch.Size([4, 16])" in clean.evidence["refusals"]["batch"]
+
+    from tico.utils import signature
+
+    monkeypatch.setattr(signature.ModelInputSpec, "check_shapes", lambda self, inputs: None)
+    text = problems_text(run_check(NN_LINEAR, "circle_call"))
+    assert "input 'args_0' in another batch (torch.uint8, shape (4, 16); serialized torch.uint8, (2, 16))" in text
+    assert "was bound without complaint" in text

@@ -209,6 +209,24 @@ SEEDED = [
         "override_scope",
         r"override \S+ -> \S+ \(dot-path key, QuantSpec leaf\) did not reach it",
     ),
+    Seeded(
+        # the binding stops checking shapes: an input at another batch than the graph's is computed on
+        "bind-skips-shape-check",
+        "call contract",
+        (("utils/signature.py", "            self.check_shapes(inputs)\n", ""),),
+        ("cases/nn.py::nn_linear[tiny]", "cases/cnn.py::tico_concat[tiny]"),
+        "circle_call",
+        r"input '\w+' in another batch \(torch\.\w+, shape \(\d+, .*\) was bound without complaint",
+    ),
+    Seeded(
+        # the binding stops comparing dtypes: a float input reaches a uint8 input of the graph
+        "bind-skips-dtype-check",
+        "call contract",
+        (("utils/signature.py", "                if inp.dtype != ref_type:\n", "                if False:\n"),),
+        ("cases/nn.py::nn_linear[tiny]", "cases/cnn.py::cnn_conv2d[tiny]"),
+        "circle_call",
+        r"input '\w+' in another dtype \(torch\.float32, .* was bound without complaint",
+    ),
 ]
 
 

@@ -3,7 +3,9 @@ tuple inputs as one keyword (``position_embeddings=(cos, sin)``), and positional
 their serialized dtypes, through tico's binding of names to inputs (``ModelInputSpec.bind``, as
 ``CircleModel.__call__`` does): each keyword lands on its own input, and each call's outputs equal the
 positional call's bit for bit, in FAKE_QUANTIZE and, where the runtime executes the graph, through
-``CircleModel`` in NATIVE. The other replay checks hand the runtime a positional list."""
+``CircleModel`` in NATIVE. An input at another batch than the graph's static one, or in another dtype
+than its serialized one, must be refused by name, never computed. The other replay checks hand the
+runtime a positional list."""
 
 from __future__ import annotations
 
@@ -89,6 +91,7 @@ def run(pipeline) -> CheckResult:
             continue
         for wrong in wrongly:
             result.fail(f"call by {label}: {wrong}")
+    _probe_refusals(result, spec, inputs)
     float_of = {id(native): array for native, array in zip(inputs, arrays)}
     runtime = CircleReferenceRuntime(artifact.binary)
 
@@ -112,6 +115,39 @@ def run(pipeline) -> CheckResult:
         compared += _compare_calls(result, calls, native, lambda a, k: _leaves(model(*a, **k)), "NATIVE")
     result.metrics["calls"] = compared
     return result
+
+
+def _probe_refusals(result: CheckResult, spec: Any, inputs: list[torch.Tensor]) -> None:
+    """The first input at twice its batch (where the graph's batch is static) and in a dtype other than
+    its serialized one: tico's binding with its checks on must refuse each, naming the input."""
+    position = next((i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.dim() >= 1), None)
+    if position is None:
+        result.notes.append("no tensor input with a batch dimension: batch and dtype refusals not probed")
+        return
+    name, value = spec.names[position], inputs[position]
+    signature = spec.shape_signatures[position]
+    probes = {"dtype": value.to(torch.float64 if value.dtype == torch.float32 else torch.float32)}
+    if signature is not None and len(signature) and signature[0] == -1:
+        result.notes.append(f"input {name!r} has a dynamic batch: a batch refusal is not expected")
+    else:
+        probes["batch"] = torch.cat([value, value])
+    refusals = {}
+    for what, replacement in probes.items():
+        probe = list(inputs)
+        probe[position] = replacement
+        try:
+            spec.bind(tuple(probe), {}, check=True)
+        except (TypeError, ValueError, AssertionError) as exc:
+            refusals[what] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            if name not in str(exc):
+                result.fail(f"input {name!r} in another {what} was refused without naming it: {exc}")
+            continue
+        shape, dtype = tuple(replacement.shape), replacement.dtype
+        result.fail(
+            f"input {name!r} in another {what} ({dtype}, shape {shape}; serialized {value.dtype}, "
+            f"{tuple(value.shape)}) was bound without complaint: the runtime would compute on it"
+        )
+    result.evidence["refusals"] = refusals
 
 
 def _compare_calls(result: CheckResult, calls: dict, reference: list[np.ndarray], call, mode: str) -> int:
