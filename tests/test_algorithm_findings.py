@@ -4,6 +4,7 @@ removes it (docs/algorithms.md)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -181,3 +182,42 @@ def test_gemma4_gptq_text_only_setup_validates_and_then_looks_for_a_vision_tower
         sample.call(prepared)
     with pytest.raises(AttributeError, match=r"'model\.vision_tower'.*Gemma4TextModel"):
         convert(prepared, inplace=True)
+
+
+def test_smoothquant_multiplies_the_norm_gain_of_a_feature_calibration_never_activated_by_1e5(monkeypatch):
+    """smooth_weights floors a never-active feature's scale at 1e-5, so the norm's weight for it is
+    divided by 1e-5 and the per-tensor weight grid of that norm has a step above every other gain.
+    Leaving such a feature unsmoothed (its statistic set so its scale is 1) keeps every gain."""
+    from cases._edge_calibration import DEAD
+
+    torch.manual_seed(0)
+    config = llama.llama_config("tiny")
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    layer = LlamaDecoderLayer(config, layer_idx=0).eval()
+    sample = llama._layer_sample(config, 2, llama.MAX_SEQ)
+    hidden = sample.args[0].clone()
+    hidden[..., list(DEAD)] = 0.0
+    dead_sample = dataclasses.replace(sample, args=(hidden, *sample.args[1:]))
+    held = copy.deepcopy(layer)
+    _smoothquant(algorithms._Model(held), held, dead_sample)
+    ratio = (held.input_layernorm.weight / layer.input_layernorm.weight).detach()
+    assert torch.allclose(ratio[list(DEAD)], torch.full((len(DEAD),), 1e5), rtol=1e-3)
+    others = [i for i in range(ratio.numel()) if i not in DEAD]
+    assert float(ratio[others].max()) < 1e3  # every other feature keeps a gain on the scale of its data
+
+    from tico.quantization.algorithm.smoothquant import smooth_quant
+
+    original = smooth_quant.smooth_weights
+
+    def unsmoothed_when_never_active(front, back, activation_max, alpha):
+        backs = back if isinstance(back, list) else [back]
+        w = torch.stack([m.weight.abs().max(dim=0)[0] for m in backs]).max(dim=0)[0].clamp(min=1e-5)
+        neutral = w.pow((1 - alpha) / alpha)  # activation_max ** alpha / w ** (1 - alpha) == 1
+        return original(front, back, torch.where(activation_max == 0, neutral, activation_max), alpha)
+
+    monkeypatch.setattr(smooth_quant, "smooth_weights", unsmoothed_when_never_active)
+    fixed = copy.deepcopy(layer)
+    _smoothquant(algorithms._Model(fixed), fixed, dead_sample)
+    ratio = (fixed.input_layernorm.weight / layer.input_layernorm.weight).detach()
+    assert torch.allclose(ratio[list(DEAD)], torch.ones(len(DEAD)), rtol=1e-4) and float(ratio.max()) < 1e3

@@ -205,3 +205,15 @@ def test_an_identity_observer_is_float_by_policy_and_a_never_fed_affine_one_stil
     result = calibration_coverage.run(pipeline)
     assert result.problems == ["observer obs_forgotten (MinMaxObserver): never fed: observed min/max are not finite"]
     assert result.metrics["float_by_policy"] == 1 and any("IdentityObserver" in n for n in result.notes)
+
+
+def test_per_sample_limits_replace_the_cases_for_that_sample_and_a_stale_one_fails():
+    limits = {"max_peir": 1.0, "samples": {"outlier_last_token": {"max_peir": 1e-9}}}
+    case = dataclasses.replace(NN_LINEAR, settings={"quant_accuracy": limits})
+    text = problems_text(run_check(case, "quant_accuracy"))
+    assert "per-sample limits name 'outlier_last_token', which is no evaluation sample (stale)" in text
+    assert "[default]" not in text  # the case's own limit (PEIR 1.0) gates the default sample
+    own = dataclasses.replace(NN_LINEAR, settings={"quant_accuracy": {"samples": {"default": {"max_peir": 1e-9}}}})
+    assert "[default] PEIR" in problems_text(run_check(own, "quant_accuracy"))
+    typo = dataclasses.replace(NN_LINEAR, settings={"quant_accuracy": {"samples": {"default": {"max_pier": 1}}}})
+    assert "[default] per-sample limits:" in problems_text(run_check(typo, "quant_accuracy"))

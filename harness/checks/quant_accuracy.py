@@ -1,10 +1,13 @@
 """Quantized (QUANT mode) output vs the Hugging Face reference against per-case thresholds.
 
 Gates shape, finiteness, mean/max |diff|, PEIR and SQNR on the default evaluation sample;
-other samples (e.g. padded) are measured on valid positions and gated by the same limits,
-unless the case names them in ``ungated_samples`` with a reason (recorded as a note)."""
+other samples (e.g. padded) are measured on valid positions and gated by the same limits, or by
+their own (``samples``: an edge sample's error is its own), unless the case names them in
+``ungated_samples`` with a reason (recorded as a note)."""
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from harness.checks.base import Check, CheckResult, Metric
 from harness.primitives.metrics import NonFiniteError, accuracy_metrics, error_histogram, scatter_sample, select_valid
@@ -18,6 +21,16 @@ class Settings:
     max_abs_diff: float | None = None
     max_peir: float | None = None
     min_sqnr_db: float | None = None
+    # evaluation sample -> {limit field: value}: limits of that sample in place of the ones above
+    samples: Mapping[str, Mapping[str, Any]] | None = None
+
+
+def _limits_of(th: Settings, name: str, result: CheckResult) -> Settings | None:
+    try:
+        return dataclasses.replace(th, samples=None, **dict((th.samples or {}).get(name, {})))
+    except TypeError as exc:
+        result.fail(f"[{name}] per-sample limits: {exc}")
+        return None
 
 
 def run(pipeline) -> CheckResult:
@@ -28,7 +41,12 @@ def run(pipeline) -> CheckResult:
         result.notes.append(result.evidence["limits_source"])
     for name in sorted(set(pipeline.case.ungated_samples) - set(pipeline.built.inputs.evaluation)):
         result.fail(f"ungated_samples entry {name!r} names no evaluation sample (stale allowlist)")
+    for name in sorted(set(th.samples or {}) - set(pipeline.built.inputs.evaluation)):
+        result.fail(f"per-sample limits name {name!r}, which is no evaluation sample (stale)")
     for name, sample in pipeline.built.inputs.evaluation.items():
+        limits = _limits_of(th, name, result)
+        if limits is None:
+            continue
         ref = pipeline.output("reference", name)
         quant = pipeline.output("quant", name)
         suffix = "" if name == "default" else f"[{name}]"
@@ -54,10 +72,10 @@ def run(pipeline) -> CheckResult:
         if name in pipeline.case.ungated_samples:
             result.notes.append(f"[{name}] measured, not gated: {pipeline.case.ungated_samples[name]}")
             continue
-        result.gate(f"[{name}] mean |diff|", metrics["mean_abs_diff"], th.max_mean_abs_diff)
-        result.gate(f"[{name}] max |diff|", metrics["max_abs_diff"], th.max_abs_diff)
-        result.gate(f"[{name}] PEIR", metrics["peir"], th.max_peir)
-        result.gate(f"[{name}] SQNR dB", metrics["sqnr_db"], th.min_sqnr_db, upper=False)
+        result.gate(f"[{name}] mean |diff|", metrics["mean_abs_diff"], limits.max_mean_abs_diff)
+        result.gate(f"[{name}] max |diff|", metrics["max_abs_diff"], limits.max_abs_diff)
+        result.gate(f"[{name}] PEIR", metrics["peir"], limits.max_peir)
+        result.gate(f"[{name}] SQNR dB", metrics["sqnr_db"], limits.min_sqnr_db, upper=False)
     return result
 
 
