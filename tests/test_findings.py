@@ -192,7 +192,30 @@ def test_new_problems_of_one_shape_are_one_line_with_their_count():
         "new    24 items (m0[tiny]::observer_use, ...): observer layers.0.self_attn.obs_past_key was never fed during "
         "calibr...",
         "new    g[tiny]::golden: golden tensor set changed",
+        "       a suggested finding record per shape (2): python -m harness findings",
     ]
+
+
+def test_each_shape_of_new_problem_gets_a_suggested_record_whose_patterns_match_it():
+    import tomllib
+
+    from harness.model.expectations import matchable
+    from harness.tico_facts.finding_suggestion import suggestions
+    from harness.tico_facts.findings_data import pattern_flaw
+
+    fed = "observer layers.{i}.self_attn.obs_past_key (/x/site-packages/tico/a/b.py:{i}) scale {i}.5e-3 never fed"
+    problems = [{"where": f"m{i}[tiny]::observer_use", "problem": fed.format(i=i)} for i in range(3)]
+    problems.append({"where": "g[tiny]::golden", "problem": "golden tensor set changed"})
+    drafts = suggestions(problems)
+    assert len(drafts) == 2 and drafts[0].startswith("# seen on 3 item(s), e.g. m0[tiny]::observer_use")
+    record = tomllib.loads(drafts[0])["finding"][0]
+    assert record["id"] == "observer-layers-self-attn-obs-past" and record["symbols"] == []
+    (pattern,) = record["patterns"]["observer_use"]
+    assert pattern_flaw(pattern) is None  # no install path, no line number
+    for problem in problems[:3]:
+        assert re.match(pattern, matchable(problem["problem"])), (pattern, problem)
+    assert not re.match(pattern, matchable(fed.format(i=1).replace("never fed", "fed twice")))
+    assert tomllib.loads(drafts[1])["finding"][0]["patterns"] == {"golden": ["^golden tensor set changed$"]}
 
 
 # -- judging on the recorded tico and on another -----------------------------------------------

@@ -3,7 +3,8 @@
 Without a results file (or with ``--registry``), lists every finding of ``findings/tico.toml``:
 id, title, the checks it has patterns for, and the cases that declare it. With one (default
 ``reports/results.json`` when it exists), each finding's status in that run -- open, fixed or new --
-with where it was seen and the command that reproduces it, then the problems no finding explains.
+with where it was seen and the command that reproduces it, then the problems no finding explains,
+each shape of them with a suggested record to complete once diagnosed.
 ``--id ID`` prints one finding whole (cause, symbols, patterns).
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from harness.model import sweep
 from harness.model.case_loading import add_configured_import_roots, load_cases
 from harness.tico_facts.finding_status import render_lines, summarize
+from harness.tico_facts.finding_suggestion import suggestions
 from harness.tico_facts.findings_data import FindingsError, registry
 from harness.tico_facts.tico_identity import describe
 
@@ -112,6 +114,10 @@ def _print_run(doc: dict) -> int:
         print(f"  {change['id']} (since tico {change['since']}): {change['follow']}")
         for where in change["items"]:
             print(f"    {where}")
+    drafts = suggestions(summary["new_problems"])
+    if drafts:
+        print(f"\nsuggested findings/tico.toml records, one per shape of new problem ({len(drafts)}):\n")
+        print("\n\n".join(drafts))
     return 0
 
 

@@ -147,13 +147,16 @@ def render_lines(summary: dict[str, Any], width: int = 118) -> list[str]:
     for change in summary.get("api_changes", []):
         line = f"api    {change['id']}: {len(change['items'])} item(s) red until the case follows: {change['title']}"
         lines.append(line if len(line) <= width else line[: width - 3] + "...")
-    for group in group_new_problems(summary["new_problems"]):
+    groups = group_new_problems(summary["new_problems"])
+    for group in groups:
         first = group[0]
         if len(group) == 1:
             line = f"new    {first['where']}: {first['problem']}"
         else:
             line = f"new    {len(group)} items ({first['where']}, ...): {first['problem']}"
         lines.append(line if len(line) <= width else line[: width - 3] + "...")
+    if groups:
+        lines.append(f"       a suggested finding record per shape ({len(groups)}): python -m harness findings")
     return lines
 
 
