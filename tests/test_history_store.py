@@ -483,7 +483,10 @@ def test_a_tico_coverage_run_tracks_its_percentages_and_a_drop_is_a_regression(t
     db = tmp_path / "h.sqlite"
     for day, branches in enumerate((42.0, 42.0, 42.1, 42.0, 30.0), start=1):
         doc = _doc(day=day)
-        doc["run"]["tico_coverage"] = {"scope_totals": {"percent_lines": 66.0, "percent_branches": branches}}
+        doc["run"]["tico_coverage"] = {
+            "scope_totals": {"percent_lines": 66.0, "percent_branches": branches},
+            "reach": {"total": {"percent_reachable": branches + 10}},
+        }
         history.append_run(db, doc)
     history.append_run(db, _doc(day=6))  # a run without --tico-coverage adds no point
     con = sqlite3.connect(db)
@@ -495,6 +498,15 @@ def test_a_tico_coverage_run_tracks_its_percentages_and_a_drop_is_a_regression(t
     finally:
         con.close()
     assert [p[0] for p in points] == [42.0, 42.0, 42.1, 42.0, 30.0]
+    con = sqlite3.connect(db)
+    try:
+        reachable = con.execute(
+            "SELECT value FROM metrics WHERE case_name = 'tico' AND metric = ? ORDER BY run_id",
+            ("wrappers_reachable_branches_percent",),
+        ).fetchall()
+    finally:
+        con.close()
+    assert [p[0] for p in reachable] == [52.0, 52.0, 52.1, 52.0, 40.0]  # the reachable figure, beside it
     summary = dashboard.dashboard(db, tmp_path / "d.html")
     assert any(
         e["case"] == "tico" and e["metric"] == "wrappers_branches_percent" for e in summary["regression_entries"]

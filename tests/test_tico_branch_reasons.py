@@ -200,3 +200,26 @@ def test_a_summary_from_before_branch_names_is_refused_with_what_to_do(tmp_path)
     (tmp_path / branch_coverage.SUMMARY_NAME).write_text(json.dumps(old))
     with pytest.raises(FileNotFoundError, match="predates branch names by function: rerun, or re-summarise"):
         branch_coverage.load(tmp_path)
+
+
+def test_the_reachable_figure_leaves_out_only_the_branches_no_case_can_reach():
+    def untaken(condition):
+        return {"function": "QuantThing.forward", "condition": condition, "target": "exit", "line": 1, "to": -1}
+
+    files = {
+        f"{branch_coverage.SCOPE}/fam/a.py": {
+            "branches": 10, "branches_covered": 6,
+            "uncovered_branches": [untaken("if torch.cuda.is_available():"), untaken("if x is None:")],
+        },
+        f"{branch_coverage.SCOPE}/other/b.py": {"branches": 4, "branches_covered": 4, "uncovered_branches": []},
+    }  # fmt: skip
+    reasons = [
+        Reason("fam/a.py", "environment: no GPU on the test machines", condition="cuda"),
+        Reason("fam/a.py", "defensive: a None input is refused", condition="None"),
+    ]
+    figures = branch_reasons.reach({"files": files}, reasons)
+    assert figures["families"]["fam"] == {
+        "branches": 10, "covered": 6, "out_of_reach": 1, "reachable": 9, "percent_all": 60.0, "percent_reachable": 66.7,
+    }  # fmt: skip
+    assert figures["total"]["reachable"] == 13 and figures["total"]["percent_reachable"] == 76.9
+    assert branch_reasons.reach_line(figures).startswith("reachable wrapper branches: 76.9% (10/13); all: 71.4%")

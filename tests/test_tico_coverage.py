@@ -45,6 +45,9 @@ def test_the_run_measures_the_wrapper_it_ran_and_records_the_summary(measured):
     assert branch["function"].startswith("QuantConv3d")  # the function holding it, by qualified name
     run = json.loads((measured / "results.json").read_text())["run"]
     assert run["tico_coverage"]["scope_totals"] == summary["scope_totals"]
+    reach = run["tico_coverage"]["reach"]["total"]  # the figure over what a case can reach, beside all
+    assert reach["branches"] == summary["scope_totals"]["branches"] and reach["out_of_reach"] > 0
+    assert reach["percent_reachable"] > reach["percent_all"]
     assert (measured / "tico-coverage" / "html" / "index.html").is_file()
     assert 'href="tico-coverage/html/index.html"' in (measured / "report.html").read_text()
     # no per-process data file is left behind: the controller combined them
@@ -61,6 +64,7 @@ def test_the_command_reports_totals_classes_and_uncovered_branches(measured):
     assert done.stdout.startswith("tico quantization/wrapq/wrappers: ")
     assert "nn/quant_linear.py::QuantLinear" in done.stdout
     assert any(line.startswith("nn ") for line in done.stdout.splitlines())  # the nn family's row
+    assert "reachable wrapper branches: " in done.stdout and "reachable run" in done.stdout
     assert "uncovered branch(es) in quantization/wrapq/wrappers" in done.stdout
     missing = subprocess.run(
         [sys.executable, "-m", "harness", "tico-coverage", str(measured / "nowhere")],

@@ -70,6 +70,13 @@ def main(argv: list[str]) -> int:
         return 2
     prefix = summary["scope"] + "/"
     print(branch_coverage.headline(summary))
+    try:
+        reach = branch_reasons.reach(summary, branch_reasons.load_reasons())
+    except ValueError as exc:
+        reach = None
+        print(f"reachable: {exc}")
+    if reach is not None:
+        print(branch_reasons.reach_line(reach))
     whole = summary["totals"]
     print(f"all of tico: {whole['percent_lines']}% of lines, {whole['percent_branches']}% of branches")
     if summary.get("wall_seconds"):
@@ -79,13 +86,20 @@ def main(argv: list[str]) -> int:
         families: dict[str, dict[str, int]] = {}
         for name, entry in summary["files"].items():
             if name.startswith(prefix):
-                family = name[len(prefix) :].split("/")[0] if "/" in name[len(prefix) :] else "(top level)"
+                family = branch_reasons.family_of(name[len(prefix) :])
                 totals = families.setdefault(
                     family, dict.fromkeys(("lines_covered", "statements", "branches_covered", "branches"), 0)
                 )
                 for key in totals:
                     totals[key] += entry[key]
-        print(tabulate(_rows(families, ""), headers=["family", *headers[1:]]))
+        rows = _rows(families, "")
+        if reach is not None:
+            for row in rows:
+                figures = reach["families"].get(row[0], {})
+                share = figures.get("percent_reachable")
+                row += [figures.get("reachable", "-"), "-" if share is None else f"{share:.0f}%"]
+        extra = ["reachable", "reachable run"] if reach is not None else []
+        print(tabulate(rows, headers=["family", *headers[1:], *extra]))
     if args.files:
         print(tabulate(_rows(summary["files"], prefix), headers=["file", *headers[1:]]))
     if args.classes:

@@ -180,14 +180,20 @@ def tracked(doc: dict[str, Any], rec: dict[str, Any]) -> list[tuple[str, float, 
 
 def coverage_series(run: dict[str, Any]) -> list[tuple[str, str, str, str, float]]:
     """(case, profile, check, metric, value) rows for a ``--tico-coverage`` run's percentages of the
-    wrappers' lines and branches, tracked as the series of a pseudo-case ``tico``."""
-    scope = (run.get("tico_coverage") or {}).get("scope_totals") or {}
+    wrappers' lines and branches (all, and those a case can reach), tracked as the series of a
+    pseudo-case ``tico``."""
+    coverage = run.get("tico_coverage") or {}
+    scope = coverage.get("scope_totals") or {}
     profile = ",".join(run.get("profiles") or ["tiny"])
-    return [
+    rows = [
         ("tico", profile, "tico_coverage", f"wrappers_{kind}_percent", float(scope[f"percent_{kind}"]))
         for kind in ("lines", "branches")
         if isinstance(scope.get(f"percent_{kind}"), (int, float))
     ]
+    reachable = ((coverage.get("reach") or {}).get("total") or {}).get("percent_reachable")
+    if isinstance(reachable, (int, float)):
+        rows.append(("tico", profile, "tico_coverage", "wrappers_reachable_branches_percent", float(reachable)))
+    return rows
 
 
 def append_run(db: Path, doc: dict[str, Any]) -> int:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from harness.run.session import SessionState
-from harness.tico_facts import branch_coverage
+from harness.tico_facts import branch_coverage, branch_reasons
 
 DIR_NAME = "tico-coverage"
 
@@ -37,6 +37,12 @@ class TicoCoverageRun:
         if self.state.is_worker or session.config.option.collectonly:
             return
         try:
-            self.state.tico_coverage = branch_coverage.combine(self.data_dir, time.perf_counter() - self.started)
+            summary = branch_coverage.combine(self.data_dir, time.perf_counter() - self.started)
         except Exception as exc:  # noqa: BLE001 - the run's results are written whatever the measurement did
             self.state.tico_coverage_error = f"{type(exc).__name__}: {exc}"
+            return
+        try:
+            summary["reach"] = branch_reasons.reach(summary, branch_reasons.load_reasons())
+        except ValueError as exc:  # the reasons file: the figure over all branches stands without it
+            summary["reach"] = {"error": str(exc)}
+        self.state.tico_coverage = summary

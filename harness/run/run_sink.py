@@ -25,6 +25,7 @@ from harness.run.scheduling import write_durations
 from harness.run.session import SessionState
 from harness.tico_facts import findings_data
 from harness.tico_facts.branch_coverage import headline
+from harness.tico_facts.branch_reasons import reach_line
 from harness.tico_facts.drift import describe_moves, label_record, read_pins, render_drift_table, version_moves
 from harness.tico_facts.finding_status import render_lines, summarize
 from harness.tico_facts.tico_identity import describe, identity
@@ -132,6 +133,8 @@ class RunSink:
         if self.state.tico_coverage is not None:
             terminalreporter.section("wrapq tico coverage")
             terminalreporter.write_line(headline(self.state.tico_coverage))
+            reach = self.state.tico_coverage.get("reach") or {}
+            terminalreporter.write_line(reach_line(reach) if "total" in reach else f"reachable: {reach.get('error')}")
             terminalreporter.write_line(
                 f"per file, class and uncovered branch: python -m harness tico-coverage {self.report_dir} --files"
             )
@@ -231,7 +234,8 @@ class RunSink:
             extra["tico_coverage"] = {"error": self.state.tico_coverage_error}
         if self.state.tico_coverage is not None:
             extra["tico_coverage"] = {
-                key: self.state.tico_coverage[key] for key in ("scope", "totals", "scope_totals", "wall_seconds")
+                key: self.state.tico_coverage.get(key)
+                for key in ("scope", "totals", "scope_totals", "reach", "wall_seconds")
             }
         if self.drift_moves is not None:
             for record in self.collector.records.values():

@@ -23,6 +23,9 @@ from harness.tico_facts.branch_coverage import SCOPE
 
 REASONS = ROOT / "cases" / "tico_branch_reasons.toml"
 SNAPSHOT = ROOT / "tico_branch_coverage.json"
+# Reason kinds that put a branch out of any case's reach; every other untaken branch counts as reachable
+# (a defensive guard included: bad input is how a case takes it).
+OUT_OF_REACH = ("environment", "unreachable", "traced")
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,7 @@ def kinds(branches: list[Branch], reasons: list[Reason]) -> dict[str, int]:
     """How many untaken branches each kind of reason explains (the word before the reason's colon)."""
     counts: Counter[str] = Counter()
     for branch in branches:
-        reason = explaining(branch, reasons)
-        counts[reason.why.split(":", 1)[0] if reason else "(no reason)"] += 1
+        counts[kind_of(explaining(branch, reasons))] += 1
     return dict(counts.most_common())
 
 
@@ -128,6 +130,11 @@ def snapshot_document(summary: dict[str, Any], run: dict[str, Any]) -> dict[str,
         "tico_source_sha256": tico.get("source_sha256"),
         "branches": scope["branches"],
         "branches_covered": scope["branches_covered"],
+        # per family: every branch and the taken ones, so the reachable figure reads from the snapshot alone
+        "families": {
+            family: {"branches": row["branches"], "covered": row["covered"]}
+            for family, row in reach(summary, []).get("families", {}).items()
+        },
         "uncovered": [[b.file, b.function, b.condition, b.target] for b in uncovered(summary)],
     }
 
@@ -136,3 +143,46 @@ def load_snapshot(path: Path = SNAPSHOT) -> dict[str, Any]:
     document = json.loads(path.read_text())
     document["uncovered"] = [Branch(*row) for row in document["uncovered"]]
     return document
+
+
+def kind_of(reason: Reason | None) -> str:
+    return reason.why.split(":", 1)[0] if reason else "(no reason)"
+
+
+def family_of(file: str) -> str:
+    """A wrapper file's family: its directory under the wrappers ("llama", "gemma4"), or "(top level)"."""
+    return file.split("/")[0] if "/" in file else "(top level)"
+
+
+def _percent(part: int, whole: int) -> float | None:
+    return round(100.0 * part / whole, 1) if whole else None
+
+
+def reach(summary: dict[str, Any], reasons: list[Reason]) -> dict[str, Any]:
+    """The wrapper branches a case can reach (all of them but those an OUT_OF_REACH reason explains) and
+    the share of those the run took, per family and in total, beside the share of all branches."""
+    prefix = SCOPE + "/"
+    families: dict[str, dict[str, int]] = {}
+    for name, entry in summary["files"].items():
+        if name.startswith(prefix):
+            row = families.setdefault(family_of(name[len(prefix) :]), {"branches": 0, "covered": 0, "out_of_reach": 0})
+            row["branches"] += entry["branches"]
+            row["covered"] += entry["branches_covered"]
+    for branch in uncovered(summary):
+        if kind_of(explaining(branch, reasons)) in OUT_OF_REACH:
+            families[family_of(branch.file)]["out_of_reach"] += 1
+    total = {key: sum(row[key] for row in families.values()) for key in ("branches", "covered", "out_of_reach")}
+    for row in [*families.values(), total]:
+        row["reachable"] = row["branches"] - row["out_of_reach"]
+        row["percent_all"] = _percent(row["covered"], row["branches"])
+        row["percent_reachable"] = _percent(row["covered"], row["reachable"])
+    return {"out_of_reach_kinds": list(OUT_OF_REACH), "total": total, "families": dict(sorted(families.items()))}
+
+
+def reach_line(figures: dict[str, Any]) -> str:
+    total = figures["total"]
+    return (
+        f"reachable wrapper branches: {total['percent_reachable']}% ({total['covered']}/{total['reachable']}); "
+        f"all: {total['percent_all']}% ({total['covered']}/{total['branches']}), {total['out_of_reach']} out of "
+        f"any case's reach ({', '.join(figures['out_of_reach_kinds'])})"
+    )
