@@ -374,7 +374,9 @@ _PLE_AXIS = dict(
         "(gemma4/quant_text_decoder_layer.py:113-150, _apply_per_layer_input :182-218) and the export "
         "adapters' per_layer_input boundary observer (gemma4/export_adapters.py:639, :699)"
     },
-    pr="each",
+    # nightly only (the PR gate's cost): the PR gate runs the layers' PLE path through
+    # gemma4_ple_scale_fusion_text_model, whose decoder layers take their per-layer inputs
+    pr=(),
     nightly="all",
 )
 _PLE_SWEEP = Sweep(**_PLE_AXIS)

@@ -6,7 +6,8 @@ or down to the module), through ``set_override`` with a dotted string or a tuple
 ``QuantSpec`` or a raw kwargs leaf; each wrapper hands its children the scope of their name
 (``qcfg.child``), layers by index. A scope bug sends the override to no module, to every layer or
 to a sibling while the tiny output stays in limits. The observers' dtypes and qschemes are read
-right after wrapping (no calibration needed), so each form costs one wrap."""
+right after wrapping (no calibration needed); a form whose normalized config equals an earlier form's
+reuses that wrap, so the forms cost one wrap per distinct config."""
 
 from __future__ import annotations
 
@@ -139,6 +140,16 @@ def forms(cfg: Any, address: tuple[str, ...], dtype: Any) -> dict[str, Any]:
     return out
 
 
+def _same_config(a: Any, b: Any) -> bool:
+    """Whether two configs are equal field by field (overrides as normalized trees): two forms that
+    normalize to the same config wrap alike, so the second reuses the first's wrap. A form whose
+    normalization differs (the bug this probe looks for) is wrapped on its own."""
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - a config that cannot be compared is wrapped on its own
+        return False
+
+
 def _moved(before: dict, after: dict) -> list[str]:
     return [p for p in before if p in after and after[p][:2] != before[p][:2]]
 
@@ -153,8 +164,12 @@ def probe(float_module: torch.nn.Module, cfg: Any, wrap: Wrap) -> ScopeReport:
     for target in report.targets:
         dtype = _new_dtype(before[target.observer][0])
         label = ".".join(target.address)
+        wrapped: list[tuple[Any, dict]] = []  # (config, its observers): wrapping is a function of the config
         for form, overridden in forms(cfg, target.address, dtype).items():
-            after = observer_settings(wrap(copy.deepcopy(float_module), overridden))
+            after = next((seen for other, seen in wrapped if _same_config(other, overridden)), None)
+            if after is None:
+                after = observer_settings(wrap(copy.deepcopy(float_module), overridden))
+                wrapped.append((overridden, after))
             moved = [".".join(before[p][2]) for p in _moved(before, after)]
             others = [a for a in moved if a != label]
             report.rows.append(
