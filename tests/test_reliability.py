@@ -268,6 +268,9 @@ def test_matrix_metrics_identical_serial_and_parallel(tmp_path):
                 *dist,
                 "-k",
                 DETERMINISM_CASES,
+                # the declared cases only: a sweep variant takes the same code paths through xdist
+                "--sweep",
+                "off",
                 "--no-circle-cache",
                 "--no-export-cache",
                 "--wrapq-report-dir",
