@@ -1,0 +1,133 @@
+"""What a change to tico touches, named the way a per-item coverage map names what an item runs.
+
+A pull request's diff is hunks of lines; a map of what each item executes must survive line shifts
+and other tico versions, so both speak in functions: a file under the tico package and the function's
+qualified name (``QuantLinear.forward``, ``outer.inner``), never a line number. A hunk inside a
+function (its decorators and ``def`` line included) changes that function, on the side it was
+removed from and on the side it was added to. A hunk outside every function (imports, module-level
+statements, a class body between methods, a registry list) cannot be narrowed to one: it is a
+module-level change, and so are a new and a removed Python file. Any other file (a schema, a wheel's
+metadata, a pinned requirement) is outside what a function map can answer. Issue 48's selection
+reads these: functions select the items whose map holds them; everything else falls back wider.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+
+FUNCTION = "function"
+MODULE = "module-level"
+NEW_FILE = "new file"
+REMOVED_FILE = "removed file"
+NON_PYTHON = "non-Python file"
+# Files a build or an install writes that no change under review consists of.
+_IGNORED_PARTS = ("__pycache__",)
+
+
+@dataclass(frozen=True, order=True)
+class Change:
+    """One thing a change touches: ``file`` relative to the tico package; ``name`` the function's
+    qualified name for a FUNCTION change, "" otherwise."""
+
+    file: str
+    kind: str
+    name: str = ""
+
+    def label(self) -> str:
+        return f"{self.file}: {self.name}" if self.kind == FUNCTION else f"{self.file}: {self.kind}"
+
+
+def functions(source: str) -> list[tuple[str, int, int]]:
+    """(qualified name, first line, last line) of every function and method in ``source``, nested ones
+    included, the first line being the first decorator's; an unparsable file has none."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found: list[tuple[str, int, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                    found.append((name, first, child.end_lineno or child.lineno))
+                visit(child, f"{name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
+
+
+def _innermost(spans: list[tuple[str, int, int]], line: int) -> str | None:
+    holding = [(last - first, name) for name, first, last in spans if first <= line <= last]
+    return min(holding)[1] if holding else None
+
+
+def _touched_lines(base: list[str], head: list[str]) -> tuple[set[int], set[int], set[int]]:
+    """1-based lines removed or replaced in ``base``, added or replaced in ``head``, and the base lines
+    on either side of a pure insertion (code added between two statements of a function changes that
+    function even when no base line changed)."""
+    removed: set[int] = set()
+    added: set[int] = set()
+    beside: set[int] = set()
+    matcher = difflib.SequenceMatcher(None, base, head, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        removed.update(range(i1 + 1, i2 + 1))
+        added.update(range(j1 + 1, j2 + 1))
+        if tag == "insert":
+            beside.update(line for line in (i1, i1 + 1) if 1 <= line <= len(base))
+    return removed, added, beside
+
+
+def _is_code(lines: list[str], line: int) -> bool:
+    stripped = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    return bool(stripped) and not stripped.startswith("#")
+
+
+def file_changes(relative: str, base: str, head: str) -> set[Change]:
+    """The functions a change of one Python file touches, and its module level where a changed line
+    of code lies outside every function (a blank or comment line there changes nothing)."""
+    removed, added, beside = _touched_lines(base.splitlines(), head.splitlines())
+    touched: set[Change] = set()
+    for source, lines, neighbours in ((base, removed, beside), (head, added, set())):
+        spans, text = functions(source), source.splitlines()
+        for line in lines | neighbours:
+            name = _innermost(spans, line)
+            if name is not None:
+                touched.add(Change(relative, FUNCTION, name))
+            elif line in lines and _is_code(text, line):
+                touched.add(Change(relative, MODULE))
+    return touched
+
+
+def changes(base_root: Path, head_root: Path) -> list[Change]:
+    """Everything a change from the ``base_root`` tico package to ``head_root``'s touches, sorted."""
+
+    def files(root: Path) -> dict[str, Path]:
+        return {
+            p.relative_to(root).as_posix(): p
+            for p in root.rglob("*")
+            if p.is_file() and not any(part in _IGNORED_PARTS for part in p.relative_to(root).parts)
+        }
+
+    base, head = files(base_root), files(head_root)
+    found: set[Change] = set()
+    for relative in sorted(set(base) | set(head)):
+        if relative not in head:
+            found.add(Change(relative, REMOVED_FILE if relative.endswith(".py") else NON_PYTHON))
+        elif relative not in base:
+            found.add(Change(relative, NEW_FILE if relative.endswith(".py") else NON_PYTHON))
+        elif base[relative].read_bytes() != head[relative].read_bytes():
+            if relative.endswith(".py"):
+                found |= file_changes(relative, base[relative].read_text(), head[relative].read_text())
+            else:
+                found.add(Change(relative, NON_PYTHON))
+    return sorted(found)
