@@ -54,6 +54,23 @@ def test_the_run_measures_the_wrapper_it_ran_and_records_the_summary(measured):
     assert not list((measured / "tico-coverage").glob(".coverage.*"))
 
 
+def test_the_run_maps_each_item_group_to_the_tico_functions_it_ran(measured):
+    from harness.tico_facts import item_map
+
+    found = item_map.load(measured / "tico-coverage" / item_map.MAP_NAME)
+    by_group = item_map.functions_by_group(found)
+    groups = [g for g in by_group if g.startswith("cases/nn.py::nn_linear[tiny")]
+    assert len(groups) >= 2 and set(groups) == set(found["groups"])
+    forward = "quantization/wrapq/wrappers/nn/quant_linear.py::QuantLinear.forward"
+    assert all(forward in by_group[g] for g in groups)  # every group runs the wrapper it quantizes
+    assert not any("quant_conv3d.py" in name for names in by_group.values() for name in names)
+    # one-time work lands on each process's first group only: listed apart, so selection can widen it
+    assert 1 <= len(found["first_groups"]) <= 2 and set(found["first_groups"]) <= set(groups)
+    assert forward not in {found["functions"][i] for i in found["first_only"]}
+    summary = branch_coverage.load(measured)
+    assert summary["item_map"]["groups"] == len(groups) and summary["item_map"]["bytes"] < 200_000
+
+
 def test_the_command_reports_totals_classes_and_uncovered_branches(measured):
     done = subprocess.run(
         [sys.executable, "-m", "harness", "tico-coverage", str(measured), "--families", "--classes",

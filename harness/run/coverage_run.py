@@ -10,7 +10,7 @@ import time
 import pytest
 
 from harness.run.session import SessionState
-from harness.tico_facts import branch_coverage, branch_reasons
+from harness.tico_facts import branch_coverage, branch_reasons, item_map
 
 DIR_NAME = "tico-coverage"
 
@@ -20,6 +20,7 @@ class TicoCoverageRun:
         self.state = state
         self.data_dir = state.report_dir / DIR_NAME
         self.started = time.perf_counter()
+        self.first_group: str | None = None
         if not state.is_worker:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             branch_coverage.clear(self.data_dir)
@@ -28,6 +29,16 @@ class TicoCoverageRun:
         except RuntimeError as exc:  # no tico to measure
             raise pytest.UsageError(f"--tico-coverage: {exc}") from None
         self.measurement.start()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """Label what runs from here on with the item's (case, profile) group (issue 48's item map)."""
+        group = item.nodeid.rsplit("::", 1)[0]
+        if self.first_group is None:
+            # one-time work (a lazily filled registry, a first import) is measured under this group only
+            self.first_group = group
+            item_map.record_first_group(self.data_dir, group)
+        self.measurement.coverage.switch_context(group)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

@@ -20,6 +20,8 @@ from typing import Any
 
 import coverage
 
+from harness.tico_facts import item_map
+
 # The scope the percentages are quoted for: the wrappers users call.
 SCOPE = "quantization/wrapq/wrappers"
 DATA_NAME = ".coverage"
@@ -57,7 +59,7 @@ class Measurement:
 
 def clear(data_dir: Path) -> None:
     """Remove data files a previous run left, so a combination never counts another run's lines."""
-    for stale in data_dir.glob(f"{DATA_NAME}*"):
+    for stale in [*data_dir.glob(f"{DATA_NAME}*"), *data_dir.glob("first-group.*.txt")]:
         stale.unlink()
 
 
@@ -75,6 +77,10 @@ def combine(data_dir: Path, wall_seconds: float | None = None) -> dict[str, Any]
     raw = json.loads(report_path.read_text())
     summary = summarize(raw, root)
     summary["wall_seconds"] = wall_seconds
+    if any(combined.get_data().measured_contexts() - {""}):
+        groups = item_map.build(data_dir / DATA_NAME, raw, root)
+        size = item_map.write(groups, data_dir / item_map.MAP_NAME, {"tico_root": str(root)})
+        summary["item_map"] = {"groups": len(groups["groups"]), "functions": len(groups["functions"]), "bytes": size}
     (data_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=1, sort_keys=True))
     return summary
 

@@ -1,0 +1,95 @@
+"""Which tico functions each item group runs: the per-item map issue 48's selection reads.
+
+A ``--tico-coverage`` run labels coverage.py's measurement with the (case, profile) group of the item
+running (a dynamic context, switched at each item's setup): a group's checks share its stages (export,
+conversion, calibration), so the group, not the check, is what executed a function. Functions are
+named as ``harness/tico_facts/changed_functions.py`` names a change: the file under the tico package
+and the qualified name coverage.py gives the function, never a line number, so the map reads on other
+tico versions by name. Code run outside every item (imports, the controller, warm-up) is kept apart
+as ``outside_items``: a change there can reach every item. One-time work done at first use in a
+process (a registry filled lazily, a module imported late) is measured under the first group that
+needed it only; each process's first group is recorded (``first_groups``), and the functions only
+first groups ran are listed (``first_only``) so a selection can treat them as reaching every item.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import coverage
+
+MAP_NAME = "item-map.json"
+_FIRST = "first-group.{pid}.txt"
+
+
+def record_first_group(data_dir: Path, group: str) -> None:
+    """Note the first group this process ran (read back by ``build``)."""
+    (data_dir / _FIRST.format(pid=os.getpid())).write_text(group)
+
+
+def first_groups(data_dir: Path) -> list[str]:
+    return sorted({p.read_text() for p in data_dir.glob(_FIRST.format(pid="*"))})
+
+
+def build(data_file: Path, report: dict[str, Any], root: Path) -> dict[str, Any]:
+    """The map from combined coverage data with contexts and coverage's JSON report of it (whose
+    function regions give each function's lines)."""
+    data = coverage.CoverageData(basename=str(data_file))
+    data.read()
+    names: list[str] = []
+    index: dict[str, int] = {}
+    groups: dict[str, set[int]] = {}
+    for name, entry in report["files"].items():
+        path = Path(name) if Path(name).is_absolute() else Path.cwd() / name
+        try:
+            relative = path.resolve().relative_to(root).as_posix()
+        except ValueError:
+            continue
+        by_line = data.contexts_by_lineno(str(path.resolve())) or data.contexts_by_lineno(name)
+        for function, part in (entry.get("functions") or {}).items():
+            contexts = {c for line in part.get("executed_lines", []) for c in by_line.get(line, [])}
+            if not contexts:
+                continue
+            key = f"{relative}::{function}"
+            position = index.setdefault(key, len(names))
+            if position == len(names):
+                names.append(key)
+            for context in contexts:
+                groups.setdefault(context or "", set()).add(position)
+    outside = sorted(groups.pop("", set()))
+    first = [g for g in first_groups(data_file.parent) if g in groups]
+    later = set().union(*(found for group, found in groups.items() if group not in first))
+    first_only = sorted(set().union(*(groups[g] for g in first)) - later) if first else []
+    return {
+        "functions": names,
+        "outside_items": outside,
+        "first_groups": first,
+        "first_only": first_only,
+        "groups": {group: sorted(found) for group, found in sorted(groups.items())},
+    }
+
+
+def write(item_map: dict[str, Any], path: Path, identity: dict[str, Any]) -> int:
+    """Write the map with the tico it measured; its size in bytes."""
+    text = json.dumps({"tico": identity, **item_map}, separators=(",", ":"), sort_keys=True)
+    path.write_text(text)
+    return len(text)
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise FileNotFoundError(f"cannot read the item map {path}: {exc}") from exc
+    for key in ("functions", "groups", "outside_items"):
+        if key not in document:
+            raise FileNotFoundError(f"{path} is no item map (no {key!r})")
+    return document
+
+
+def functions_by_group(item_map: dict[str, Any]) -> dict[str, set[str]]:
+    names = item_map["functions"]
+    return {group: {names[i] for i in found} for group, found in item_map["groups"].items()}
