@@ -98,7 +98,7 @@ def test_a_regression_is_red_with_its_diagnosis(tmp_path):
         "        return self._fq(out, self.obs_act_out)",
         "        return out",
     )
-    code, results, output = _run(tree, tmp_path)
+    code, results, output = run_harness(tree, tmp_path, "-k", "nn_linear")  # the regressed wrapper's cases
     assert code == 1, output[-3000:]
     failed = {r["check"] for r in results["results"] if r["outcome"] == "failed" and r["case"] == "nn_linear"}
     assert {"observer_use", "calibration_coverage"} <= failed, failed
