@@ -29,9 +29,14 @@ ATTENTION = next(c for c in LLAMA_CASES if c.name == "llama_attention_prefill")
 LLAMA_MLP = next(c for c in LLAMA_CASES if c.name == "llama_mlp")
 
 
-def _structure_run(golden_dir: Path, case=NN_LINEAR, update: str | None = None, base: Path | None = None):
+def _structure_run(
+    golden_dir: Path, case=NN_LINEAR, update: str | None = None, base: Path | None = None, nodeid: str | None = None
+):
     settings = RunSettings(golden_dir=golden_dir, update_golden=update, base_results=base)
-    return CHECKS["circle_structure"].run(Pipeline(case, "tiny", settings=settings))
+    pipeline = Pipeline(case, "tiny", settings=settings)
+    if nodeid is not None:  # as collection sets it (harness/run/items.py): the file, then the group
+        pipeline.nodeid = nodeid
+    return CHECKS["circle_structure"].run(pipeline)
 
 
 @pytest.mark.parametrize("check", ["circle_structure", "name_contract", "circle_call", "override_scope"])
@@ -53,8 +58,9 @@ def test_a_structure_difference_is_named_by_op_scope_and_count():
 
 
 def test_a_missing_or_damaged_baseline_fails_with_the_command_that_writes_it(tmp_path):
-    text = problems_text(_structure_run(tmp_path))
-    assert "no structure baseline" in text and "--update-golden -k 'nn_linear[tiny]'" in text
+    text = problems_text(_structure_run(tmp_path, nodeid="cases/nn.py::nn_linear[tiny]"))
+    command = "./scripts/env.sh pytest 'cases/nn.py::nn_linear[tiny]' -k circle_structure --update-golden"
+    assert "no structure baseline" in text and command in text
     file = structure_store.path(tmp_path, "nn_linear", "tiny")
     file.parent.mkdir(parents=True)
     file.write_text("{not json")
@@ -91,6 +97,8 @@ def test_with_a_baseline_run_the_base_runs_structure_is_the_reference(tmp_path):
     base.write_text(json.dumps({"run": {"run_id": "b"}, "results": [record]}))
     result = _structure_run(tmp_path, base=base)
     assert "against the base run" in problems_text(result) and "FULLY_CONNECTED 3 -> 1" in problems_text(result)
+    collected = _structure_run(tmp_path, base=base, nodeid="cases/nn.py::nn_linear[tiny]")
+    assert "against the base run" in problems_text(collected), collected.notes
 
 
 def test_name_audit_names_a_copied_a_layer_local_and_a_missing_name():

@@ -25,14 +25,18 @@ def _base_structure(pipeline, result: CheckResult) -> tuple[dict | None, str]:
     settings = pipeline.settings
     if settings.base_results is not None:
         base = baseline.cached_load(settings.base_results)
-        suffix = f"::{pipeline.nodeid}::{CHECK.name}"
+        # a collected pipeline's node id holds its file ("cases/nn.py::nn_linear[tiny]"), one built
+        # directly its group only ("nn_linear[tiny]")
+        own = f"{pipeline.nodeid}::{CHECK.name}"
         for nodeid, record in base.records.items():
             structure = (record.get("evidence") or {}).get("structure")
-            if nodeid.endswith(suffix) and isinstance(structure, dict):
+            if (nodeid == own or nodeid.endswith(f"::{own}")) and isinstance(structure, dict):
                 return structure, f"the {base.label}"
         result.notes.append("the base run recorded no structure for this item: compared with the committed baseline")
     try:
-        doc = structure_store.load(settings.golden_dir, pipeline.case.name, pipeline.label, pipeline.nodeid)
+        doc = structure_store.load(
+            settings.golden_dir, pipeline.case.name, pipeline.label, f"{pipeline.nodeid}::{CHECK.name}"
+        )
     except structure_store.StructureBaselineError as exc:
         result.fail(str(exc))
         return None, ""
@@ -43,7 +47,7 @@ def _rewrite(pipeline, result: CheckResult, current: dict) -> None:
     settings = pipeline.settings
     case, label = pipeline.case.name, pipeline.label
     try:
-        before = structure_store.load(settings.golden_dir, case, label, pipeline.nodeid)["structure"]
+        before = structure_store.load(settings.golden_dir, case, label, f"{pipeline.nodeid}::{CHECK.name}")["structure"]
         changes = differences(before, current)
         kind = "changed" if changes else "unchanged"
     except structure_store.StructureBaselineError:

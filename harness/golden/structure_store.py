@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.golden.tensors import tico_record
+from harness.records import rerun
 
 SUBDIR = "structure"
 
@@ -25,7 +26,9 @@ def path(golden_dir: Path, case: str, label: str) -> Path:
 
 
 def update_command(nodeid: str) -> str:
-    return f"./scripts/env.sh pytest --update-golden -k '{nodeid}'"
+    """The command that rewrites this item's baseline (its node id as the rerun commands give it: a
+    ``-k`` expression cannot hold a variant's ``=`` or ``,``)."""
+    return rerun.command(nodeid, extra="--update-golden")
 
 
 def load(golden_dir: Path, case: str, label: str, nodeid: str) -> dict[str, Any]:
