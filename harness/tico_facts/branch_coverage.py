@@ -16,7 +16,7 @@ import json
 import linecache
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import coverage
 
@@ -78,7 +78,7 @@ def combine(data_dir: Path, wall_seconds: float | None = None) -> dict[str, Any]
     summary = summarize(raw, root)
     summary["wall_seconds"] = wall_seconds
     if any(combined.get_data().measured_contexts() - {""}):
-        groups = item_map.build(data_dir / DATA_NAME, raw, root)
+        groups = item_map.build(data_dir / DATA_NAME, report_files(raw, root))
         size = item_map.write(groups, data_dir / item_map.MAP_NAME, {"tico_root": str(root)})
         summary["item_map"] = {"groups": len(groups["groups"]), "functions": len(groups["functions"]), "bytes": size}
     (data_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=1, sort_keys=True))
@@ -116,18 +116,24 @@ def _functions_of_arcs(entry: dict[str, Any]) -> dict[tuple[int, int], str]:
     }
 
 
+def report_files(raw: dict[str, Any], root: Path) -> Iterator[tuple[Path, str, dict[str, Any]]]:
+    """(absolute path, path under the tico package, entry) of each file of coverage's JSON report under ``root``."""
+    for name, entry in raw["files"].items():
+        path = (Path(name) if Path(name).is_absolute() else Path.cwd() / name).resolve()
+        try:
+            relative = path.relative_to(root).as_posix()
+        except ValueError:
+            continue
+        yield path, relative, entry
+
+
 def summarize(raw: dict[str, Any], root: Path) -> dict[str, Any]:
     """coverage's JSON report, reduced to what the harness reports: counts, missing lines and
     uncovered branches per file and per class, keyed by the path under the tico package."""
     files: dict[str, Any] = {}
     classes: dict[str, Any] = {}
     functions: dict[str, int] = {}
-    for name, entry in raw["files"].items():
-        path = Path(name) if Path(name).is_absolute() else Path.cwd() / name
-        try:
-            relative = path.resolve().relative_to(root).as_posix()
-        except ValueError:
-            continue
+    for path, relative, entry in report_files(raw, root):
         held_by = _functions_of_arcs(entry)
         branch = lambda arc: _branch(path, arc, held_by.get(tuple(arc), ""))  # noqa: E731
         files[relative] = {

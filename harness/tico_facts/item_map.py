@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import coverage
 
@@ -34,21 +34,17 @@ def first_groups(data_dir: Path) -> list[str]:
     return sorted({p.read_text() for p in data_dir.glob(_FIRST.format(pid="*"))})
 
 
-def build(data_file: Path, report: dict[str, Any], root: Path) -> dict[str, Any]:
-    """The map from combined coverage data with contexts and coverage's JSON report of it (whose
-    function regions give each function's lines)."""
+def build(data_file: Path, files: Iterable[tuple[Path, str, dict[str, Any]]]) -> dict[str, Any]:
+    """The map from combined coverage data with contexts and the files of coverage's JSON report of it
+    (``branch_coverage.report_files``: path, path under the package, entry), whose function regions give
+    each function's lines."""
     data = coverage.CoverageData(basename=str(data_file))
     data.read()
     names: list[str] = []
     index: dict[str, int] = {}
     groups: dict[str, set[int]] = {}
-    for name, entry in report["files"].items():
-        path = Path(name) if Path(name).is_absolute() else Path.cwd() / name
-        try:
-            relative = path.resolve().relative_to(root).as_posix()
-        except ValueError:
-            continue
-        by_line = data.contexts_by_lineno(str(path.resolve())) or data.contexts_by_lineno(name)
+    for path, relative, entry in files:
+        by_line = data.contexts_by_lineno(str(path))
         for function, part in (entry.get("functions") or {}).items():
             contexts = {c for line in part.get("executed_lines", []) for c in by_line.get(line, [])}
             if not contexts:
