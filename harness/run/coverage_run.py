@@ -33,7 +33,7 @@ class TicoCoverageRun:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """Label what runs from here on with the item's (case, profile) group (issue 48's item map)."""
-        group = item.nodeid.rsplit("::", 1)[0]
+        group = item_map.group_of(item.nodeid)
         if self.first_group is None:
             # one-time work (a lazily filled registry, a first import) is measured under this group only
             self.first_group = group

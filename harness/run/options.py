@@ -145,6 +145,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "machine; merge shard results with `python -m harness merge`",
     )
     group.addoption(
+        "--select-changed",
+        dest="wrapq_select_changed",
+        default=None,
+        metavar="BASE",
+        help="run only the items a change to tico can reach: the tico under review against BASE (a checkout, a tree "
+        "holding tico/, a wheel file or a version, as WRAPQ_TICO takes), chosen by the per-item map; prints why",
+    )
+    group.addoption(
+        "--item-map",
+        dest="wrapq_item_map",
+        default=None,
+        metavar="PATH",
+        help="the per-item map --select-changed reads (default: the committed map of the pinned tico, "
+        "golden/item-map/pinned-tico.json; a --tico-coverage run writes <report dir>/tico-coverage/item-map.json)",
+    )
+    group.addoption(
         "--record-durations",
         dest="wrapq_record_durations",
         action="store_true",

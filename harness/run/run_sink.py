@@ -237,6 +237,8 @@ class RunSink:
                 key: self.state.tico_coverage.get(key)
                 for key in ("scope", "totals", "scope_totals", "reach", "wall_seconds")
             }
+        if self.state.selection is not None:
+            extra["selection"] = self.state.selection
         if self.drift_moves is not None:
             for record in self.collector.records.values():
                 label_record(record, self.drift_moves)

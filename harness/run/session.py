@@ -57,6 +57,8 @@ class SessionState:
         # --tico-coverage: the combined summary, set on the controller before results are written
         self.tico_coverage: dict | None = None
         self.tico_coverage_error: str | None = None
+        # --select-changed: what the run selected and why (harness/run/select_changed.py)
+        self.selection: dict | None = None
         self._findings_strict: bool | None = None
         self.base_run: BaseRun | None = None
         if settings.base_results is not None:

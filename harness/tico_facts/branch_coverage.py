@@ -21,6 +21,7 @@ from typing import Any, Iterator
 import coverage
 
 from harness.tico_facts import item_map
+from harness.tico_facts.tico_identity import identity
 
 # The scope the percentages are quoted for: the wrappers users call.
 SCOPE = "quantization/wrapq/wrappers"
@@ -79,7 +80,12 @@ def combine(data_dir: Path, wall_seconds: float | None = None) -> dict[str, Any]
     summary["wall_seconds"] = wall_seconds
     if any(combined.get_data().measured_contexts() - {""}):
         groups = item_map.build(data_dir / DATA_NAME, report_files(raw, root))
-        size = item_map.write(groups, data_dir / item_map.MAP_NAME, {"tico_root": str(root)})
+        measured = {
+            "version": identity().get("version"),
+            "source_sha256": identity().get("source_sha256"),
+            "files": item_map.source_files(root),
+        }
+        size = item_map.write(groups, data_dir / item_map.MAP_NAME, measured)
         summary["item_map"] = {"groups": len(groups["groups"]), "functions": len(groups["functions"]), "bytes": size}
     (data_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=1, sort_keys=True))
     return summary

@@ -23,6 +23,7 @@ MODULE = "module-level"
 NEW_FILE = "new file"
 REMOVED_FILE = "removed file"
 NON_PYTHON = "non-Python file"
+DEPENDENCIES = "dependency declarations"
 # Files a build or an install writes that no change under review consists of.
 _IGNORED_PARTS = ("__pycache__",)
 

@@ -14,6 +14,7 @@ first groups ran are listed (``first_only``) so a selection can treat them as re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -23,6 +24,31 @@ import coverage
 
 MAP_NAME = "item-map.json"
 _FIRST = "first-group.{pid}.txt"
+
+
+def group_of(nodeid: str) -> str:
+    """An item's group: its node id without the check (``cases/nn.py::nn_linear[tiny]``)."""
+    return nodeid.rsplit("::", 1)[0]
+
+
+def source_files(root: Path) -> dict[str, str]:
+    """Each Python file of the measured tico package and a short hash of its bytes: how far the map's
+    tico is from another is told from these alone, without its sources."""
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+        for p in sorted(root.rglob("*.py"))
+        if "__pycache__" not in p.parts
+    }
+
+
+def files_differing(item_map: dict[str, Any], root: Path) -> int | None:
+    """How many Python files differ between the map's tico and the package at ``root`` (None for a
+    map that kept no per-file hashes)."""
+    recorded = (item_map.get("tico") or {}).get("files")
+    if recorded is None:
+        return None
+    present = source_files(root)
+    return sum(recorded.get(name) != present.get(name) for name in set(recorded) | set(present))
 
 
 def record_first_group(data_dir: Path, group: str) -> None:
@@ -68,9 +94,39 @@ def build(data_file: Path, files: Iterable[tuple[Path, str, dict[str, Any]]]) ->
     }
 
 
+def _ranges(indices: list[int]) -> str:
+    """Sorted function indices as runs (``"0-5 9 12-40"``): a file's functions are numbered together,
+    so a group that runs a wrapper runs a run of them."""
+    runs: list[str] = []
+    for index in sorted(indices):
+        if runs and "-" not in runs[-1] and int(runs[-1]) == index - 1:
+            runs[-1] = f"{runs[-1]}-{index}"
+        elif runs and "-" in runs[-1] and int(runs[-1].split("-")[1]) == index - 1:
+            runs[-1] = f"{runs[-1].split('-')[0]}-{index}"
+        else:
+            runs.append(str(index))
+    return " ".join(runs)
+
+
+def _indices(text: str | list[int]) -> list[int]:
+    if isinstance(text, list):
+        return text
+    found: list[int] = []
+    for run in text.split():
+        first, _, last = run.partition("-")
+        found.extend(range(int(first), int(last or first) + 1))
+    return found
+
+
+_INDEXED = ("outside_items", "first_only")
+
+
 def write(item_map: dict[str, Any], path: Path, identity: dict[str, Any]) -> int:
-    """Write the map with the tico it measured; its size in bytes."""
-    text = json.dumps({"tico": identity, **item_map}, separators=(",", ":"), sort_keys=True)
+    """Write the map with the tico it measured, index lists as runs; its size in bytes."""
+    document = {"tico": identity, **item_map}
+    document["groups"] = {group: _ranges(found) for group, found in item_map["groups"].items()}
+    document |= {key: _ranges(item_map.get(key, [])) for key in _INDEXED}
+    text = json.dumps(document, separators=(",", ":"), sort_keys=True)
     path.write_text(text)
     return len(text)
 
@@ -83,6 +139,11 @@ def load(path: Path) -> dict[str, Any]:
     for key in ("functions", "groups", "outside_items"):
         if key not in document:
             raise FileNotFoundError(f"{path} is no item map (no {key!r})")
+    try:
+        document["groups"] = {group: _indices(found) for group, found in document["groups"].items()}
+        document |= {key: _indices(document.get(key, [])) for key in _INDEXED}
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise FileNotFoundError(f"{path} is no item map (unreadable function indices: {exc})") from exc
     return document
 
 

@@ -1,0 +1,187 @@
+"""``--select-changed BASE``: run only the items a change to tico can reach.
+
+The change is the tico under review against BASE (``harness/tico_facts/tico_sources.py``), named by the
+functions it touches (``changed_functions``); the items are chosen from a per-item map of the tico
+functions each (case, profile) group ran (``item_map``, committed for the pinned tico, or ``--item-map``
+from a nightly) by the rules of ``change_selection``. A group the map never measured (a new case, another
+profile) runs whatever changed. When nothing the map runs changed, the import smoke runs so the run
+still proves this tico imports and wraps. Every process selects alike; the one that collected writes
+what it chose to ``<report dir>/selection.json``, which the controller prints and keeps in results.json,
+and the selected node ids to ``selected-items.txt``, which runs the same items on another tico.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.run.items import CheckItem
+from harness.run.session import SessionState
+from harness.tico_facts import change_selection, changed_functions, item_map, tico_identity, tico_sources
+
+DEFAULT_MAP = "golden/item-map/pinned-tico.json"
+# The group that runs when the change reaches no item: the smallest case that imports tico, wraps a
+# module, calibrates, converts and exports.
+SMOKE_CASE = "nn_linear"
+SELECTION_FILE = "selection.json"
+ITEMS_FILE = "selected-items.txt"
+_SHOWN_REASONS = 25
+
+
+class SelectChangedRun:
+    def __init__(self, state: SessionState, base_spec: str, map_path: Path):
+        self.state = state
+        self.base_spec = base_spec
+        self.map_path = map_path
+        self.record_path = state.report_dir / SELECTION_FILE
+        head = tico_identity.package_dir()
+        if head is None:
+            raise pytest.UsageError("--select-changed: no tico is importable to compare with BASE")
+        cache = state.config.rootpath / ".wrapq-cache" / "tico-sources"
+        try:
+            base = tico_sources.resolve(base_spec, cache)
+        except tico_sources.BaseSourceError as exc:
+            raise pytest.UsageError(f"--select-changed {base_spec}: {exc}") from None
+        try:
+            self.item_map = item_map.load(map_path)
+        except FileNotFoundError as exc:
+            raise pytest.UsageError(f"--select-changed: {exc} (make one: docs/select-changed.md)") from None
+        self.base, self.head = base, head
+        self.changes = changed_functions.changes(base, head)
+        self.notes: list[str] = []
+        declared = tico_sources.declarations(base), tico_sources.declarations(head)
+        if None not in declared and declared[0].keys() == declared[1].keys():
+            if declared[0] != declared[1]:
+                where = ", ".join(sorted(declared[0]))
+                self.changes.append(changed_functions.Change(where, changed_functions.DEPENDENCIES))
+        else:
+            self.notes.append(
+                "tico's dependency declarations were not compared (BASE and the tico under review are not both "
+                "checkouts or both wheels); scripts/env.sh installs tico --no-deps on the pinned stack"
+            )
+        self.selection = change_selection.select(self.changes, self.item_map)
+        if not state.is_worker:
+            for stale in (self.record_path, self.record_path.parent / ITEMS_FILE):
+                stale.unlink(missing_ok=True)
+
+    def _map_record(self) -> dict[str, Any]:
+        measured = self.item_map.get("tico") or {}
+        try:
+            path = self.map_path.resolve().relative_to(self.state.config.rootpath).as_posix()
+        except ValueError:
+            path = str(self.map_path)
+        differing = item_map.files_differing(self.item_map, self.base)
+        return {
+            "path": path,
+            "tico_version": measured.get("version"),
+            "tico_source_sha256": measured.get("source_sha256"),
+            "files_differing_from_base": differing,
+        }
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
+        """After -k, -m and --shard: what the run would have run, narrowed to what the change reaches."""
+        mapped = set(self.item_map["groups"])
+        chosen = set(mapped) if self.selection.everything else self.selection.groups
+        groups = {id(item): item_map.group_of(item.nodeid) for item in items if isinstance(item, CheckItem)}
+        unmapped = sorted({g for g in groups.values() if g not in mapped})
+        keep = [item for item in items if groups.get(id(item)) is None or groups[id(item)] in chosen | set(unmapped)]
+        smoke = None
+        if not any(id(item) in groups for item in keep):
+            smoke_groups = {g for item in items if (g := groups.get(id(item))) and item.case.name == SMOKE_CASE}
+            smoke = min(smoke_groups, key=lambda g: (len(g), g)) if smoke_groups else None
+            keep = [item for item in items if groups.get(id(item)) is None or groups[id(item)] == smoke]
+        kept = {id(item) for item in keep}
+        dropped = [item for item in items if id(item) not in kept]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+
+        def items_in(found: frozenset[str] | None) -> int:
+            reached = mapped if found is None else found
+            return sum(1 for g in groups.values() if g in reached)
+
+        record = {
+            "base": self.base_spec,
+            "base_root": str(self.base),
+            "head_root": str(self.head),
+            "map": self._map_record(),
+            "changes": [change.label() for change in self.changes],
+            "everything": self.selection.everything,
+            "reasons": [{"reason": str(r), "items": items_in(r.groups)} for r in self.selection.reasons],
+            "unmapped_groups": unmapped,
+            "unmapped_items": sum(1 for g in groups.values() if g in unmapped),
+            "smoke_group": smoke,
+            "collected_items": len(groups),
+            "selected_items": sum(1 for item in keep if id(item) in groups),
+            "notes": self.notes,
+        }
+        self.state.selection = record
+        self.record_path.parent.mkdir(parents=True, exist_ok=True)
+        _write(self.record_path, json.dumps(record, indent=1, sort_keys=True))
+        # the same items on another tico (the pull request's base): ``pytest @selected-items.txt``
+        _write(self.record_path.parent / ITEMS_FILE, "".join(f"{item.nodeid}\n" for item in keep))
+        items[:] = keep
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """The controller under xdist collected nothing: it reads what a worker chose (before the run's
+        results are written)."""
+        if self.state.is_worker or self.state.selection is not None:
+            return
+        try:
+            self.state.selection = json.loads(self.record_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            self.state.selection = {"error": f"no worker recorded its selection ({exc})", "base": self.base_spec}
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for line in describe(self.state.selection or {}):
+            terminalreporter.write_line(line) if line else terminalreporter.section("wrapq select-changed")
+
+
+def _write(path: Path, text: str) -> None:
+    """Every xdist worker writes the same selection: each replaces the file whole."""
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+
+
+def describe(record: dict[str, Any]) -> list[str]:
+    """The terminal's account of a selection; "" opens the section."""
+    if "error" in record:
+        return ["", f"BASE {record['base']}: {record['error']}"]
+    if not record:
+        return []
+    known = record["map"]
+    distance = known["files_differing_from_base"]
+    far = (
+        "the map's tico is BASE's sources"
+        if distance == 0
+        else f"the map's tico differs from BASE in {distance} Python file(s)"
+        if distance is not None
+        else "how far the map's tico is from BASE is unknown (no per-file hashes)"
+    )
+    lines = [
+        "",
+        f"BASE {record['base']} -> the tico under review: {len(record['changes'])} change(s)",
+        f"map {known['path']} (tico {known['tico_version']}); {far}",
+        f"selected {record['selected_items']} of {record['collected_items']} items",
+    ]
+    if record["everything"]:
+        lines.append("every mapped item runs:")
+    for reason in record["reasons"][:_SHOWN_REASONS]:
+        lines.append(f"  {reason['reason'].rsplit(' -> ', 1)[0]} -> {reason['items']} items")
+    if len(record["reasons"]) > _SHOWN_REASONS:
+        lines.append(f"  ... {len(record['reasons']) - _SHOWN_REASONS} more in results.json (run.selection)")
+    if record["unmapped_groups"]:
+        lines.append(
+            f"  {len(record['unmapped_groups'])} group(s) the map never measured run whatever changed "
+            f"({record['unmapped_items']} items)"
+        )
+    if record["smoke_group"]:
+        lines.append(f"  nothing the map runs changed: the import smoke {record['smoke_group']} runs")
+    lines += [f"  note: {note}" for note in record["notes"]]
+    return lines

@@ -1,0 +1,159 @@
+"""--select-changed BASE runs the items a change to tico can reach: each rule on a real collection and a
+map whose answer is known, BASE in each form WRAPQ_TICO takes, and every misuse a usage error."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from harness.tico_facts import tico_sources
+from tests.tico_tree import copy_tico, edit, installed_tico
+
+REPO = Path(__file__).resolve().parents[1]
+LINEAR = "quantization/wrapq/wrappers/nn/quant_linear.py"
+LAYERNORM = "quantization/wrapq/wrappers/nn/quant_layernorm.py"
+LINEAR_GROUPS = [
+    "cases/nn.py::nn_linear[tiny]",
+    "cases/nn.py::nn_linear[tiny,bias=True]",
+    "cases/nn.py::nn_linear[tiny,policy=int16]",
+]
+LAYERNORM_GROUP = "cases/nn.py::nn_layernorm[tiny]"
+# the collection: two cases' groups, the linear case's other variants never measured by this map
+SELECTION = ["cases/nn.py", "-k", "nn_linear or nn_layernorm"]
+
+
+def _map(path: Path) -> Path:
+    functions = [
+        f"{LINEAR}::QuantLinear.forward",  # 0
+        f"{LAYERNORM}::QuantLayerNorm.forward",  # 1
+        "quantization/wrapq/utils/introspection.py::",  # 2: a module body, one-time work
+    ]
+    groups = {group: [0] for group in LINEAR_GROUPS} | {LAYERNORM_GROUP: [1, 2]}
+    document = {"functions": functions, "groups": groups, "outside_items": [], "first_only": [2]}
+    path.write_text(json.dumps({"tico": {"version": "test"}, **document}))
+    return path
+
+
+def _collect(tmp_path: Path, head: Path | None, *options: str) -> tuple[int, set[str], str, dict]:
+    """Collect only, with ``head`` (a tree holding tico/) first on the path; the selected groups. A -k in
+    ``options`` takes the place of the selection's."""
+    report = tmp_path / f"report-{len(list(tmp_path.glob('report-*')))}"
+    path = [str(head)] if head else []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*path, str(REPO)]))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", f"--wrapq-report-dir={report}",
+         *SELECTION, *options],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    collected = [line for line in done.stdout.splitlines() if line.startswith("cases/")]
+    groups = {line.rsplit("::", 1)[0] for line in collected}
+    record = json.loads((report / "selection.json").read_text()) if (report / "selection.json").exists() else {}
+    if record:  # the node ids another tico runs with ``pytest @selected-items.txt``
+        assert (report / "selected-items.txt").read_text().splitlines() == collected
+    return done.returncode, groups, done.stdout + done.stderr, record
+
+
+def _pinned_tree(tmp_path: Path) -> Path:
+    """BASE as a plain tree: the pinned tico's sources."""
+    return copy_tico(tmp_path, "base")
+
+
+def test_a_changed_function_selects_the_groups_that_ran_it_and_every_unmapped_group(tmp_path):
+    head = copy_tico(tmp_path, "head")
+    edit(head, LINEAR, "        out = F.linear(x_q, w, b)\n", "        out = F.linear(x_q, w, b) * 1.0\n")
+    rc, groups, output, record = _collect(
+        tmp_path, head, "--select-changed", str(_pinned_tree(tmp_path)), "--item-map", str(_map(tmp_path / "m.json"))
+    )
+    assert rc == 0, output[-3000:]
+    unmapped = {f"cases/nn.py::nn_linear[tiny,policy={p}]" for p in ("act_out_int16", "per_tensor_weight")}
+    assert groups == set(LINEAR_GROUPS) | unmapped
+    assert f"{LINEAR}::QuantLinear.forward -> 81 items" in output
+    assert "2 group(s) the map never measured run whatever changed (54 items)" in output
+    assert record["selected_items"] == 135 and record["collected_items"] == 162
+    assert record["changes"] == [f"{LINEAR}: QuantLinear.forward"]
+
+
+def test_no_change_runs_the_import_smoke_and_one_time_work_selects_every_mapped_group(tmp_path):
+    base, item_map = _pinned_tree(tmp_path), _map(tmp_path / "m.json")
+    only_mapped = ["-k", "nn_linear and not policy or nn_layernorm"]
+    selecting = ["--select-changed", str(base), "--item-map", str(item_map), *only_mapped]
+    rc, groups, output, record = _collect(tmp_path, None, *selecting)
+    assert rc == 0, output[-3000:]
+    assert groups == {"cases/nn.py::nn_linear[tiny]"} and record["smoke_group"] == "cases/nn.py::nn_linear[tiny]"
+    assert "nothing the map runs changed: the import smoke cases/nn.py::nn_linear[tiny] runs" in output
+    head = copy_tico(tmp_path, "head")
+    edit(head, "quantization/wrapq/utils/introspection.py", "import torch\n", "import torch  # noqa\nimport math\n")
+    rc, groups, output, record = _collect(tmp_path, head, *selecting)
+    assert rc == 0 and record["everything"], output[-3000:]
+    assert groups == {LAYERNORM_GROUP, "cases/nn.py::nn_linear[tiny]", "cases/nn.py::nn_linear[tiny,bias=True]"}
+
+
+def test_a_non_python_file_selects_everything_and_a_wheel_is_a_base(tmp_path):
+    base = _pinned_tree(tmp_path)
+    wheel = tmp_path / "tico-0.3.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path in (base / "tico").rglob("*"):
+            archive.write(path, path.relative_to(base).as_posix())
+    head = copy_tico(tmp_path, "head")
+    (head / "tico" / "serialize" / "schema.json").write_text("{}")
+    rc, groups, output, record = _collect(
+        tmp_path, head, "--select-changed", str(wheel), "--item-map", str(_map(tmp_path / "m.json"))
+    )
+    assert rc == 0 and record["everything"], output[-3000:]
+    assert "serialize/schema.json: a non-Python file -> 108 items" in output
+    assert len(groups) == 6 and record["map"]["files_differing_from_base"] is None
+
+
+@pytest.mark.parametrize(
+    "options, said",
+    [
+        (["--select-changed", "/no/such/tico"], "is neither a directory holding tico, a .whl file nor a version"),
+        (["--select-changed", str(REPO / "docs")], "holds no tico package"),
+        (["--item-map", "x.json"], "give --select-changed too"),
+        (["--select-changed", str(installed_tico().parent), "--item-map", "/no/map.json"], "cannot read the item map"),
+    ],
+)
+def test_a_wrong_or_missing_base_or_map_is_a_usage_error(tmp_path, options, said):
+    rc, groups, output, _ = _collect(tmp_path, None, *options)
+    assert rc == 4 and said in output and not groups, output[-2000:]
+
+
+def test_a_wheel_and_a_directory_resolve_to_the_package_and_junk_is_refused(tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(installed_tico(), tree / "tico", ignore=shutil.ignore_patterns("__pycache__"))
+    assert tico_sources.resolve(str(tree), tmp_path / "cache") == (tree / "tico").resolve()
+    assert tico_sources.resolve(str(tree / "tico"), tmp_path / "cache") == (tree / "tico").resolve()
+    junk = tmp_path / "junk.whl"
+    junk.write_text("not a zip")
+    with pytest.raises(tico_sources.BaseSourceError, match="no readable wheel"):
+        tico_sources.resolve(str(junk), tmp_path / "cache")
+
+
+def test_every_seeded_regression_selects_every_group_it_turns_red(tmp_path):
+    """Soundness on the seeded tico regressions (tests/test_seeded_tico_regressions.py), applied to a copy
+    of the pinned tico and selected from the committed map: a red group the map measured is selected, and
+    one it never measured (another profile) runs as unmapped."""
+    from harness.run.select_changed import DEFAULT_MAP
+    from harness.tico_facts import change_selection, changed_functions, item_map
+    from tests.test_seeded_tico_regressions import SEEDED
+
+    committed = item_map.load(REPO / DEFAULT_MAP)
+    for seeded in SEEDED:
+        tree = copy_tico(tmp_path, seeded.name)
+        for relative, old, new in seeded.edits:
+            edit(tree, relative, old, new)
+        changes = changed_functions.changes(installed_tico(), tree / "tico")
+        assert changes, seeded.name
+        selection = change_selection.select(changes, committed)
+        red = {group for group in seeded.items if not group.startswith("--")}
+        missed = {g for g in red if g in committed["groups"] and g not in selection.groups}
+        assert not missed, (seeded.name, sorted(missed), [str(r) for r in selection.reasons])
+        if not red & set(committed["groups"]):  # seeded on the nightly profile only: the PR gate has none of it
+            assert all("[tiny_nightly" in group for group in red), (seeded.name, sorted(red))
