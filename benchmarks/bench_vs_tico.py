@@ -8,6 +8,10 @@ Over the TICO smoke cases this harness covers (same names), each repetition runs
   2. ``pytest -n auto`` over the same cases with every check, cold: fresh, empty Circle and
      export caches and report directory (nothing reused from earlier runs);
   3. the same command again with the caches step 2 left (warm: a rerun with nothing changed).
+  4. with ``--selected`` (the default), for each of three real tico changes (a file as tico's
+     0.4.0.dev261018 build has it, put over the pinned tico: one wrapper family, one pass, one
+     observer), the same cold run with ``--select-changed`` against the pinned tico: what a pull
+     request with that change waits for.
 It prints medians, the ratios harness/TICO, per-stage totals, the harness's own overhead
 (collection, result transport, golden I/O, mutation guard, report rendering) as a share of the
 cold run's worker time, and peak memory per worker. The machine is shared and noisy: only
@@ -74,7 +78,42 @@ def run_tico(cases: list[str]) -> tuple[float, dict]:
     return wall, json.loads(line.removeprefix("BENCH-JSON "))
 
 
-def run_harness(cases: list[str], cache_dir: Path) -> tuple[float, dict, float]:
+# Real tico changes, each one file of the 0.4.0.dev261018 build put over the pinned tico.
+CHANGED_BUILD = "0.4.0.dev261018"
+CHANGES = {
+    "one wrapper family (gemma4 text MLP)": "quantization/wrapq/wrappers/gemma4/quant_text_mlp.py",
+    "one pass (DecomposeAddmm)": "passes/decompose_addmm.py",
+    "one observer (EMAObserver)": "quantization/wrapq/observers/ema.py",
+}
+
+
+def changed_tree(work: Path, relative: str) -> Path:
+    """A copy of the pinned tico with ``relative`` as the changed build has it."""
+    import shutil
+
+    from harness.tico_facts import tico_identity, tico_sources
+
+    tree = work / relative.replace("/", "_")
+    shutil.copytree(tico_identity.package_dir(), tree / "tico", ignore=shutil.ignore_patterns("__pycache__"))
+    build = tico_sources.resolve(CHANGED_BUILD, ROOT / ".wrapq-cache" / "tico-sources")
+    shutil.copyfile(build / relative, tree / "tico" / relative)
+    return tree
+
+
+def run_selected(cases: list[str], cache_dir: Path, tree: Path) -> tuple[float, dict, float]:
+    """The cold run on ``tree``'s tico, selecting what its change reaches from the committed map."""
+    import os
+
+    from harness.tico_facts import tico_identity
+
+    pinned = str(tico_identity.package_dir())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(ROOT)]))
+    return run_harness(cases, cache_dir, ("--select-changed", pinned), env)
+
+
+def run_harness(
+    cases: list[str], cache_dir: Path, extra: tuple[str, ...] = (), env: dict | None = None
+) -> tuple[float, dict, float]:
     """One `pytest -n auto` over exactly these cases; returns wall, results.json, and the
     time the controller's report writing takes (re-rendered here from the same document)."""
     files = case_files()
@@ -97,9 +136,11 @@ def run_harness(cases: list[str], cache_dir: Path) -> tuple[float, dict, float]:
                 str(cache_dir / "circle"),
                 "--export-cache",
                 str(cache_dir / "export"),
+                *extra,
                 *node_ids,
             ],
             cwd=ROOT,
+            env=env,
             capture_output=True,
             text=True,
         )
@@ -162,10 +203,12 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--cases", default="", help="comma-separated subset (default: every covered TICO case)")
     parser.add_argument("--json", type=Path, default=None, help="also write the measurements here")
+    parser.add_argument("--no-selected", dest="selected", action="store_false", help="leave out the selected runs")
     args = parser.parse_args()
     cases = [c for c in args.cases.split(",") if c] or covered_tico_cases()
     print(f"{len(cases)} cases: {', '.join(cases)}", flush=True)
     walls: dict[str, list[float]] = {"tico": [], "cold": [], "warm": []}
+    selected_items: dict[str, str] = {}
     cold_doc = warm_doc = tico_detail = None
     cold_render = 0.0
     for rep in range(args.reps):
@@ -177,6 +220,13 @@ def main() -> int:
         walls["cold"].append(cold)
         walls["warm"].append(warm)
         print(f"rep {rep + 1}: TICO {wall:.1f} s, harness cold {cold:.1f} s, warm {warm:.1f} s", flush=True)
+        for label, relative in CHANGES.items() if args.selected else ():
+            with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as work:
+                seconds, doc, _ = run_selected(cases, Path(cache), changed_tree(Path(work), relative))
+            walls.setdefault(label, []).append(seconds)
+            selection = doc["run"].get("selection") or {}
+            selected_items[label] = f"{selection.get('selected_items')} of {selection.get('collected_items')} items"
+            print(f"rep {rep + 1}: PR gate, selected, {label}: {seconds:.1f} s ({selected_items[label]})", flush=True)
     med = {k: statistics.median(v) for k, v in walls.items()}
     failed = [name for name, r in tico_detail["cases"].items() if not r["passed"]]
     print(
@@ -193,6 +243,11 @@ def main() -> int:
         f"  (target <= 0.20)  circle cache {cache_statuses(warm_doc)}, export cache "
         f"{cache_statuses(warm_doc, 'export_cache')}"
     )
+    for label in selected_items:
+        print(
+            f"PR gate, selected, {label}, cold: median {med[label]:.1f} s  ratio {med[label] / med['tico']:.2f}"
+            f"  (target <= 0.35)  {selected_items[label]}"
+        )
     print("\nharness stage totals, cold run (s, summed over cases; lazy stages include what they triggered):")
     for kind, secs in sorted(stage_totals(cold_doc).items(), key=lambda kv: -kv[1])[:14]:
         print(f"  {kind:28s} {secs:8.1f}")
@@ -219,7 +274,8 @@ def main() -> int:
                     "cases": cases,
                     "walls": walls,
                     "medians": med,
-                    "ratios": {"cold": med["cold"] / med["tico"], "warm": med["warm"] / med["tico"]},
+                    "ratios": {key: value / med["tico"] for key, value in med.items() if key != "tico"},
+                    "selected_items": selected_items,
                     "overhead": totals,
                     "overhead_share": share,
                     "processes": cold_doc["run"].get("processes"),

@@ -157,3 +157,35 @@ def test_every_seeded_regression_selects_every_group_it_turns_red(tmp_path):
         assert not missed, (seeded.name, sorted(missed), [str(r) for r in selection.reasons])
         if not red & set(committed["groups"]):  # seeded on the nightly profile only: the PR gate has none of it
             assert all("[tiny_nightly" in group for group in red), (seeded.name, sorted(red))
+
+
+def test_a_run_says_how_far_the_map_s_tico_is_from_base_and_the_map_round_trips(tmp_path):
+    from harness.run.select_changed import describe
+    from harness.tico_facts import item_map
+
+    pinned = installed_tico()
+    built = {"functions": ["a.py::f", "a.py::g", "b.py::h"], "groups": {"x[tiny]": [0, 1, 2], "y[tiny]": [2]}}
+    built |= {"outside_items": [], "first_only": [0, 1], "first_groups": ["x[tiny]"]}
+    size = item_map.write(built, tmp_path / "m.json", {"version": "0.3.0", "files": item_map.source_files(pinned)})
+    loaded = item_map.load(tmp_path / "m.json")
+    assert size == (tmp_path / "m.json").stat().st_size and loaded["groups"] == built["groups"]
+    assert json.loads((tmp_path / "m.json").read_text())["first_only"] == "0-1"
+    assert item_map.files_differing(loaded, pinned) == 0
+    other = copy_tico(tmp_path, "other")
+    edit(other, LINEAR, "        out = F.linear(x_q, w, b)\n", "        out = F.linear(x_q, w, b) * 1.0\n")
+    (other / "tico" / "brand_new.py").write_text("")
+    assert item_map.files_differing(loaded, other / "tico") == 2
+    record = {
+        "base": "0.4.0.dev261018",
+        "map": {"path": "m.json", "tico_version": "0.3.0", "files_differing_from_base": 2},
+        "changes": ["x"],
+        "selected_items": 3,
+        "collected_items": 9,
+        "everything": False,
+        "reasons": [{"reason": "a.py::f -> 1 group(s)", "items": 3}],
+        "unmapped_groups": [],
+        "smoke_group": None,
+        "notes": [],
+    }
+    said = "\n".join(describe(record))
+    assert "the map's tico differs from BASE in 2 Python file(s)" in said and "a.py::f -> 3 items" in said
