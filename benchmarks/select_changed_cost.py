@@ -18,7 +18,6 @@ import json
 import statistics
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 from harness.run.select_changed import DEFAULT_MAP, SMOKE_CASE
@@ -30,12 +29,13 @@ CIRCLE_SIDE = ("passes/", "serialize/", "interpreter/", "utils/convert.py", "uti
 EXAMPLES = ("examples/", "recipes/", "evaluation/")
 
 
-def items_per_group() -> Counter:
+def collected_items() -> list[str]:
+    """The node ids of the PR gate's items."""
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
-    return Counter(line.rsplit("::", 1)[0] for line in done.stdout.splitlines() if "::" in line)
+    return [line for line in done.stdout.splitlines() if "::" in line]
 
 
 def builds(first: str) -> list[str]:
@@ -64,14 +64,18 @@ def kind_of(files: set[str]) -> str:
     return "shared code (config, base classes, registry, utils)"
 
 
-def share(changes: list, committed: dict, per_group: Counter) -> tuple[int, list[str]]:
+def share(changes: list, committed: dict, items: list[str]) -> tuple[int, list[str]]:
+    """How many of ``items`` the run selects for ``changes``, and why."""
     selection = change_selection.select(changes, committed)
-    mapped = set(committed["groups"])
-    chosen = mapped if selection.everything else selection.groups
-    groups = [g for g in per_group if g in chosen or g not in mapped]
-    if not groups:  # the import smoke runs (harness/run/select_changed.py)
-        groups = [min((g for g in per_group if f"::{SMOKE_CASE}[" in g), key=lambda g: (len(g), g))]
-    return sum(per_group[g] for g in groups), [str(r) for r in selection.reasons]
+    units, per_item = change_selection.units_of(committed)
+    chosen = set(units) if selection.everything else selection.units
+    unit_of = (lambda nodeid: nodeid) if per_item else item_map.group_of
+    selected = [i for i in items if unit_of(i) in chosen or unit_of(i) not in units]
+    if not selected:  # the import smoke runs (harness/run/select_changed.py)
+        groups = {item_map.group_of(i) for i in items if f"::{SMOKE_CASE}[" in i}
+        smoke = min(groups, key=lambda g: (len(g), g))
+        selected = [i for i in items if item_map.group_of(i) == smoke]
+    return len(selected), [str(r) for r in selection.reasons]
 
 
 def main() -> int:
@@ -81,11 +85,12 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write every row here too")
     args = parser.parse_args()
     committed = item_map.load(args.item_map)
-    per_group = items_per_group()
-    total = sum(per_group.values())
+    items = collected_items()
+    total = len(items)
     cache = REPO / ".wrapq-cache" / "tico-sources"
     versions = builds(args.first)
-    print(f"PR gate: {total} items in {len(per_group)} groups; map {args.item_map.name} "
+    groups = {item_map.group_of(i) for i in items}
+    print(f"PR gate: {total} items in {len(groups)} groups; map {args.item_map.name} "
           f"(tico {committed.get('tico', {}).get('version')}); builds {versions[0]} .. {versions[-1]}")  # fmt: skip
     rows: list[dict] = []
     for base, head in zip(versions, versions[1:]):
@@ -93,10 +98,10 @@ def main() -> int:
         by_file: dict[str, list] = {}
         for change in changes:
             by_file.setdefault(change.file, []).append(change)
-        count, _ = share(changes, committed, per_group)
+        count, _ = share(changes, committed, items)
         rows.append({"change": f"{base} -> {head}", "kind": "a build pair (many commits)", "items": count})
         for file, file_changes in sorted(by_file.items()):
-            count, reasons = share(file_changes, committed, per_group)
+            count, reasons = share(file_changes, committed, items)
             change = f"{base} -> {head}: {file}"
             rows.append({"change": change, "kind": kind_of({file}), "items": count, "why": reasons})
     for row in rows:

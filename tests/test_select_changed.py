@@ -75,7 +75,7 @@ def test_a_changed_function_selects_the_groups_that_ran_it_and_every_unmapped_gr
     unmapped = {f"cases/nn.py::nn_linear[tiny,policy={p}]" for p in ("act_out_int16", "per_tensor_weight")}
     assert groups == set(LINEAR_GROUPS) | unmapped
     assert f"{LINEAR}::QuantLinear.forward -> 81 items" in output
-    assert "2 group(s) the map never measured run whatever changed (54 items)" in output
+    assert "54 items the map never measured run whatever changed (in 2 group(s))" in output
     assert record["selected_items"] == 135 and record["collected_items"] == 162
     assert record["changes"] == [f"{LINEAR}: QuantLinear.forward"]
 
@@ -136,15 +136,17 @@ def test_a_wheel_and_a_directory_resolve_to_the_package_and_junk_is_refused(tmp_
         tico_sources.resolve(str(junk), tmp_path / "cache")
 
 
-def test_every_seeded_regression_selects_every_group_it_turns_red(tmp_path):
+def test_every_seeded_regression_selects_every_item_it_turns_red(tmp_path):
     """Soundness on the seeded tico regressions (tests/test_seeded_tico_regressions.py), applied to a copy
-    of the pinned tico and selected from the committed map: a red group the map measured is selected, and
-    one it never measured (another profile) runs as unmapped."""
+    of the pinned tico and selected from the committed map: every item the seed turns red (its check and
+    the checks named red with it, on its groups) is selected, or is one the map never measured (another
+    profile), which runs whatever changed."""
     from harness.run.select_changed import DEFAULT_MAP
     from harness.tico_facts import change_selection, changed_functions, item_map
     from tests.test_seeded_tico_regressions import SEEDED
 
     committed = item_map.load(REPO / DEFAULT_MAP)
+    units, per_item = change_selection.units_of(committed)
     for seeded in SEEDED:
         tree = copy_tico(tmp_path, seeded.name)
         for relative, old, new in seeded.edits:
@@ -152,11 +154,13 @@ def test_every_seeded_regression_selects_every_group_it_turns_red(tmp_path):
         changes = changed_functions.changes(installed_tico(), tree / "tico")
         assert changes, seeded.name
         selection = change_selection.select(changes, committed)
-        red = {group for group in seeded.items if not group.startswith("--")}
-        missed = {g for g in red if g in committed["groups"] and g not in selection.groups}
+        red_groups = {group for group in seeded.items if not group.startswith("--")}
+        checks = {seeded.check, *seeded.also_red}
+        red = {f"{g}::{c}" for g in red_groups for c in checks} if per_item else red_groups
+        missed = {unit for unit in red if unit in units and unit not in selection.units}
         assert not missed, (seeded.name, sorted(missed), [str(r) for r in selection.reasons])
-        if not red & set(committed["groups"]):  # seeded on the nightly profile only: the PR gate has none of it
-            assert all("[tiny_nightly" in group for group in red), (seeded.name, sorted(red))
+        if not red & set(units):  # seeded on the nightly profile only: the PR gate has none of it
+            assert all("[tiny_nightly" in group for group in red_groups), (seeded.name, sorted(red))
 
 
 def test_a_run_says_how_far_the_map_s_tico_is_from_base_and_the_map_round_trips(tmp_path):
@@ -184,6 +188,7 @@ def test_a_run_says_how_far_the_map_s_tico_is_from_base_and_the_map_round_trips(
         "everything": False,
         "reasons": [{"reason": "a.py::f -> 1 group(s)", "items": 3}],
         "unmapped_groups": [],
+        "unmapped_items": 0,
         "smoke_group": None,
         "notes": [],
     }

@@ -20,11 +20,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> Path:
-    """nn_linear's quant_accuracy items (the case and its PR sweep variants) on two xdist workers, measured."""
+    """nn_linear's quant_accuracy and circle_structure items (the case and its PR sweep variants) on two
+    xdist workers, measured."""
     report = tmp_path_factory.mktemp("cov") / "reports"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "--tico-coverage",
-         "-k", "nn_linear and quant_accuracy", f"--wrapq-report-dir={report}"],
+         "-k", "nn_linear and (quant_accuracy or circle_structure)", f"--wrapq-report-dir={report}"],
         cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]
@@ -68,7 +69,25 @@ def test_the_run_maps_each_item_group_to_the_tico_functions_it_ran(measured):
     assert 1 <= len(found["first_groups"]) <= 2 and set(found["first_groups"]) <= set(groups)
     assert forward not in {found["functions"][i] for i in found["first_only"]}
     summary = branch_coverage.load(measured)
-    assert summary["item_map"]["groups"] == len(groups) and summary["item_map"]["bytes"] < 200_000
+    assert summary["item_map"]["groups"] == len(groups) and summary["item_map"]["bytes"] < 300_000
+
+
+def test_each_item_reaches_what_it_ran_and_what_computing_the_stages_it_reads_ran(measured):
+    """Per item: quant_accuracy reads the quantized model, circle_structure also the Circle model: only the
+    second reaches the conversion passes, though the first item of a group computed the shared stages."""
+    from harness.tico_facts import item_map
+
+    found = item_map.load(measured / "tico-coverage" / item_map.MAP_NAME)
+    reach = item_map.item_reach(found)
+    names = found["functions"]
+    items = {i for i in reach if i.startswith("cases/nn.py::nn_linear[tiny")}
+    assert {i.rsplit("::", 1)[1] for i in items} == {"quant_accuracy", "circle_structure"}
+    assert len(items) == 2 * len(found["groups"])
+    forward = names.index("quantization/wrapq/wrappers/nn/quant_linear.py::QuantLinear.forward")
+    convert = names.index("utils/convert.py::convert_exported_module_to_circle")
+    for item in items:
+        assert forward in reach[item], item
+        assert (convert in reach[item]) == item.endswith("::circle_structure"), item
 
 
 def test_the_command_reports_totals_classes_and_uncovered_branches(measured):

@@ -13,7 +13,7 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
@@ -78,6 +78,25 @@ class StageError(RuntimeError):
         super().__init__(f"{case}[{profile}]: stage '{self.stage}' failed: {self.error_type}: {self.error_text}")
 
 
+class StageObserver(Protocol):
+    """Told of every stage asked for (memo hits included) and of where each computation starts and
+    ends (``--tico-coverage`` labels what tico runs inside a stage with that stage)."""
+
+    def requested(self, name: str) -> None: ...
+
+    def entered(self, name: str) -> None: ...
+
+    def left(self, name: str) -> None: ...
+
+
+_observers: list[StageObserver] = []
+
+
+def observe_stages(observer: StageObserver | None) -> None:
+    """Install (or, with None, remove) the process's stage observer."""
+    _observers[:] = [observer] if observer is not None else []
+
+
 class StageEngine:
     """The memo, timings and failure record of one (case, profile)'s stages."""
 
@@ -91,6 +110,8 @@ class StageEngine:
         self.guard = MutationGuard(lambda: self._values)
 
     def _stage(self, name: str, compute: Callable[[], Any]) -> Any:
+        for observer in _observers:
+            observer.requested(name)
         if name in self._values:
             return self._values[name]
         if name in self._errors:
@@ -100,6 +121,8 @@ class StageEngine:
             self.guard.stage_starts()
         start = time.perf_counter()
         self._running.append(name)
+        for observer in _observers:
+            observer.entered(name)
         try:
             # Only the outermost stage arms the timer; inner stages it computes share its budget.
             with torch.no_grad(), time_limit(self._stage_timeout if outermost else None):
@@ -113,6 +136,8 @@ class StageEngine:
             self._errors[name] = err
             raise err from exc
         finally:
+            for observer in _observers:
+                observer.left(name)
             self._running.pop()
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
             if outermost:

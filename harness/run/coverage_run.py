@@ -9,8 +9,9 @@ import time
 
 import pytest
 
+from harness.primitives.stage_engine import observe_stages
 from harness.run.session import SessionState
-from harness.tico_facts import branch_coverage, branch_reasons, item_map
+from harness.tico_facts import branch_coverage, branch_reasons, item_map, stage_contexts
 
 DIR_NAME = "tico-coverage"
 
@@ -29,22 +30,32 @@ class TicoCoverageRun:
         except RuntimeError as exc:  # no tico to measure
             raise pytest.UsageError(f"--tico-coverage: {exc}") from None
         self.measurement.start()
+        self.stages = stage_contexts.StageContexts(self.measurement.coverage.switch_context)
+        observe_stages(self.stages)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        """Label what runs from here on with the item's (case, profile) group (issue 48's item map)."""
+        """Label what runs from here on with the item (issue 48's item map); what a stage computes is
+        labelled with the stage instead (``stage_contexts``), since every later item of the group that
+        asks for the stage reads what it built."""
         group = item_map.group_of(item.nodeid)
         if self.first_group is None:
             # one-time work (a lazily filled registry, a first import) is measured under this group only
             self.first_group = group
             item_map.record_first_group(self.data_dir, group)
-        self.measurement.coverage.switch_context(group)
+        stage_contexts.forget_memoized()
+        self.stages.item_starts(item.nodeid)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.stages.collected(item.nodeid for item in session.items)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """On a worker this runs inside xdist's own sessionfinish wrapper, before the worker reports
         itself finished; on the controller, after every worker has."""
+        observe_stages(None)
         self.measurement.save()
+        self.stages.write(self.data_dir)
         if self.state.is_worker or session.config.option.collectonly:
             return
         try:

@@ -64,6 +64,7 @@ class SelectChangedRun:
                 "checkouts or both wheels); scripts/env.sh installs tico --no-deps on the pinned stack"
             )
         self.selection = change_selection.select(self.changes, self.item_map)
+        self.units, _ = change_selection.units_of(self.item_map)
         if not state.is_worker:
             for stale in (self.record_path, self.record_path.parent / ITEMS_FILE):
                 stale.unlink(missing_ok=True)
@@ -85,16 +86,21 @@ class SelectChangedRun:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
         """After -k, -m and --shard: what the run would have run, narrowed to what the change reaches."""
-        mapped = set(self.item_map["groups"])
-        chosen = set(mapped) if self.selection.everything else self.selection.groups
-        groups = {id(item): item_map.group_of(item.nodeid) for item in items if isinstance(item, CheckItem)}
-        unmapped = sorted({g for g in groups.values() if g not in mapped})
-        keep = [item for item in items if groups.get(id(item)) is None or groups[id(item)] in chosen | set(unmapped)]
+        per_item = self.selection.per_item
+        mapped = set(self.units)
+        chosen = mapped if self.selection.everything else self.selection.units
+        units = {
+            id(item): item.nodeid if per_item else item_map.group_of(item.nodeid)
+            for item in items
+            if isinstance(item, CheckItem)
+        }
+        unmapped = {unit for unit in units.values() if unit not in mapped}
+        keep = [item for item in items if units.get(id(item)) is None or units[id(item)] in chosen | unmapped]
         smoke = None
-        if not any(id(item) in groups for item in keep):
-            smoke_groups = {g for item in items if (g := groups.get(id(item))) and item.case.name == SMOKE_CASE}
+        if not any(id(item) in units for item in keep):
+            smoke_groups = {item_map.group_of(i.nodeid) for i in items if id(i) in units and i.case.name == SMOKE_CASE}
             smoke = min(smoke_groups, key=lambda g: (len(g), g)) if smoke_groups else None
-            keep = [item for item in items if groups.get(id(item)) is None or groups[id(item)] == smoke]
+            keep = [i for i in items if id(i) not in units or item_map.group_of(i.nodeid) == smoke]
         kept = {id(item) for item in keep}
         dropped = [item for item in items if id(item) not in kept]
         if dropped:
@@ -102,21 +108,22 @@ class SelectChangedRun:
 
         def items_in(found: frozenset[str] | None) -> int:
             reached = mapped if found is None else found
-            return sum(1 for g in groups.values() if g in reached)
+            return sum(1 for unit in units.values() if unit in reached)
 
         record = {
             "base": self.base_spec,
             "base_root": str(self.base),
             "head_root": str(self.head),
             "map": self._map_record(),
+            "per_item": per_item,
             "changes": [change.label() for change in self.changes],
             "everything": self.selection.everything,
-            "reasons": [{"reason": str(r), "items": items_in(r.groups)} for r in self.selection.reasons],
-            "unmapped_groups": unmapped,
-            "unmapped_items": sum(1 for g in groups.values() if g in unmapped),
+            "reasons": [{"reason": str(r), "items": items_in(r.units)} for r in self.selection.reasons],
+            "unmapped_groups": sorted({item_map.group_of(i.nodeid) for i in items if units.get(id(i)) in unmapped}),
+            "unmapped_items": sum(1 for unit in units.values() if unit in unmapped),
             "smoke_group": smoke,
-            "collected_items": len(groups),
-            "selected_items": sum(1 for item in keep if id(item) in groups),
+            "collected_items": len(units),
+            "selected_items": sum(1 for item in keep if id(item) in units),
             "notes": self.notes,
         }
         self.state.selection = record
@@ -176,10 +183,10 @@ def describe(record: dict[str, Any]) -> list[str]:
         lines.append(f"  {reason['reason'].rsplit(' -> ', 1)[0]} -> {reason['items']} items")
     if len(record["reasons"]) > _SHOWN_REASONS:
         lines.append(f"  ... {len(record['reasons']) - _SHOWN_REASONS} more in results.json (run.selection)")
-    if record["unmapped_groups"]:
+    if record["unmapped_items"]:
         lines.append(
-            f"  {len(record['unmapped_groups'])} group(s) the map never measured run whatever changed "
-            f"({record['unmapped_items']} items)"
+            f"  {record['unmapped_items']} items the map never measured run whatever changed "
+            f"(in {len(record['unmapped_groups'])} group(s))"
         )
     if record["smoke_group"]:
         lines.append(f"  nothing the map runs changed: the import smoke {record['smoke_group']} runs")

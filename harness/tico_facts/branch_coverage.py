@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import coverage
 
-from harness.tico_facts import item_map
+from harness.tico_facts import item_map, stage_contexts
 from harness.tico_facts.tico_identity import identity
 
 # The scope the percentages are quoted for: the wrappers users call.
@@ -62,6 +62,7 @@ def clear(data_dir: Path) -> None:
     """Remove data files a previous run left, so a combination never counts another run's lines."""
     for stale in [*data_dir.glob(f"{DATA_NAME}*"), *data_dir.glob("first-group.*.txt")]:
         stale.unlink()
+    stage_contexts.clear(data_dir)
 
 
 def combine(data_dir: Path, wall_seconds: float | None = None) -> dict[str, Any]:

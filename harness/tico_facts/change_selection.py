@@ -31,48 +31,63 @@ from harness.tico_facts.changed_functions import (
     REMOVED_FILE,
     Change,
 )
+from harness.tico_facts.item_map import item_reach as item_map_reach
 
 
 @dataclass(frozen=True)
 class Reason:
-    """Why some groups were selected: ``groups`` None means every group."""
+    """Why some units were selected: ``units`` None means every unit."""
 
     text: str
-    groups: frozenset[str] | None
+    units: frozenset[str] | None
+    unit: str = "group"
 
     def __str__(self) -> str:
-        if self.groups is None:
-            return f"{self.text} -> every group"
-        return f"{self.text} -> {len(self.groups)} group(s)" if self.groups else f"{self.text} -> no group"
+        if self.units is None:
+            return f"{self.text} -> every {self.unit}"
+        return f"{self.text} -> {len(self.units)} {self.unit}(s)" if self.units else f"{self.text} -> no {self.unit}"
 
 
 @dataclass
 class Selection:
-    groups: set[str] = field(default_factory=set)
+    """The selected units: item node ids where the map records items (``per_item``), else groups."""
+
+    units: set[str] = field(default_factory=set)
     everything: bool = False
     reasons: list[Reason] = field(default_factory=list)
+    per_item: bool = False
+
+
+def units_of(item_map: dict[str, Any]) -> tuple[dict[str, set[int]], bool]:
+    """What each unit runs, by function index: every item where the map records items, else every group."""
+    reach = item_map_reach(item_map)
+    if reach is not None:
+        return reach, True
+    return {group: set(found) for group, found in item_map["groups"].items()}, False
 
 
 def select(changes: list[Change], item_map: dict[str, Any]) -> Selection:
     names: list[str] = item_map["functions"]
-    runs = {group: {names[i] for i in found} for group, found in item_map["groups"].items()}
+    runs, per_item = units_of(item_map)
+    unit = "item" if per_item else "group"
     one_time = {names[i] for i in [*item_map.get("outside_items", []), *item_map.get("first_only", [])]}
     seen = set(names)
-    selection = Selection()
+    selection = Selection(per_item=per_item)
 
-    def groups_running(predicate) -> set[str]:
-        return {group for group, functions in runs.items() if any(predicate(f) for f in functions)}
+    def units_running(predicate) -> set[str]:
+        matching = {i for i, name in enumerate(names) if predicate(name)}
+        return {u for u, functions in runs.items() if functions & matching}
 
     def take(found: set[str], why: str) -> None:
-        selection.groups |= found
-        selection.reasons.append(Reason(why, frozenset(found)))
+        selection.units |= found
+        selection.reasons.append(Reason(why, frozenset(found), unit))
 
     def everything(why: str) -> None:
         selection.everything = True
-        selection.reasons.append(Reason(why, None))
+        selection.reasons.append(Reason(why, None, unit))
 
     def nothing(why: str) -> None:
-        selection.reasons.append(Reason(why, frozenset()))
+        selection.reasons.append(Reason(why, frozenset(), unit))
 
     for change in changes:
         in_file = lambda f, file=change.file: f.split("::", 1)[0] == file  # noqa: E731
@@ -86,13 +101,13 @@ def select(changes: list[Change], item_map: dict[str, Any]) -> Selection:
             if key in one_time:
                 everything(f"{key}: one-time work (first use in a process, or outside every item)")
             elif key in seen:
-                take(groups_running(lambda f, k=key: f == k), key)
+                take(units_running(lambda f, k=key: f == k), key)
             elif any(in_file(f) for f in seen):
-                take(groups_running(lambda f: in_file(f) and not f.endswith("::")), f"{key}: unseen in the map")
+                take(units_running(lambda f: in_file(f) and not f.endswith("::")), f"{key}: unseen in the map")
             else:
-                nothing(f"{key}: no group runs {change.file}")
+                nothing(f"{key}: no {unit} runs {change.file}")
         elif change.kind in (MODULE, REMOVED_FILE):
-            found = groups_running(lambda f: in_file(f) and not f.endswith("::"))
+            found = units_running(lambda f: in_file(f) and not f.endswith("::"))
             if found:
                 take(found, f"{change.file}: {change.kind}")
             elif body_ran:
@@ -101,11 +116,11 @@ def select(changes: list[Change], item_map: dict[str, Any]) -> Selection:
                 nothing(f"{change.file}: {change.kind}, never run")
         elif change.kind == NEW_FILE:
             directory = change.file.rpartition("/")[0]
-            found = groups_running(lambda f, d=directory: f.split("::", 1)[0].rpartition("/")[0] == d)
+            found = units_running(lambda f, d=directory: f.split("::", 1)[0].rpartition("/")[0] == d)
             if found:
                 take(found, f"{change.file}: a new file beside {directory or 'the package root'}'s")
             else:
-                nothing(f"{change.file}: a new file in a directory no group runs (only an import reaches it)")
+                nothing(f"{change.file}: a new file in a directory no {unit} runs (only an import reaches it)")
     if selection.everything:
-        selection.groups = set(runs)
+        selection.units = set(runs)
     return selection

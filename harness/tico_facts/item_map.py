@@ -22,6 +22,8 @@ from typing import Any, Iterable
 
 import coverage
 
+from harness.tico_facts import stage_contexts
+
 MAP_NAME = "item-map.json"
 _FIRST = "first-group.{pid}.txt"
 
@@ -68,7 +70,7 @@ def build(data_file: Path, files: Iterable[tuple[Path, str, dict[str, Any]]]) ->
     data.read()
     names: list[str] = []
     index: dict[str, int] = {}
-    groups: dict[str, set[int]] = {}
+    by_context: dict[str, set[int]] = {}
     for path, relative, entry in files:
         by_line = data.contexts_by_lineno(str(path))
         for function, part in (entry.get("functions") or {}).items():
@@ -80,18 +82,61 @@ def build(data_file: Path, files: Iterable[tuple[Path, str, dict[str, Any]]]) ->
             if position == len(names):
                 names.append(key)
             for context in contexts:
-                groups.setdefault(context or "", set()).add(position)
+                by_context.setdefault(context or "", set()).add(position)
+    groups: dict[str, set[int]] = {}
+    for context, found in by_context.items():
+        groups.setdefault(stage_contexts.group_of_context(context), set()).update(found)
     outside = sorted(groups.pop("", set()))
     first = [g for g in first_groups(data_file.parent) if g in groups]
     later = set().union(*(found for group, found in groups.items() if group not in first))
     first_only = sorted(set().union(*(groups[g] for g in first)) - later) if first else []
-    return {
+    built = {
         "functions": names,
         "outside_items": outside,
         "first_groups": first,
         "first_only": first_only,
         "groups": {group: sorted(found) for group, found in sorted(groups.items())},
     }
+    recorded = stage_contexts.read(data_file.parent)
+    if recorded is not None:
+        built |= _per_item(by_context, *recorded)
+    return built
+
+
+def _per_item(
+    by_context: dict[str, set[int]], asked: dict[str, set[str]], deps: dict[str, dict[str, set[str]]], items: set[str]
+) -> dict[str, Any]:
+    """Per group, the functions each stage's computation ran (``stages``: names and function lists),
+    and per item its own functions and the stages it reads, closure included (``checks``)."""
+    stages: dict[str, dict[str, list]] = {}
+    checks: dict[str, dict[str, list]] = {}
+    for item in sorted(items):
+        group, _, check = item.rpartition("::")
+        read = sorted(stage_contexts.closure(asked.get(item, set()), deps.get(group, {})))
+        table = stages.setdefault(group, {"names": [], "functions": []})
+        for stage in read:
+            if stage not in table["names"]:
+                table["names"].append(stage)
+                table["functions"].append(sorted(by_context.get(f"{group}{stage_contexts.STAGE_SEPARATOR}{stage}", ())))
+        positions = sorted(table["names"].index(stage) for stage in read)
+        checks.setdefault(group, {})[check] = [sorted(by_context.get(item, ())), positions]
+    return {"stages": stages, "checks": checks}
+
+
+def item_reach(item_map: dict[str, Any]) -> dict[str, set[int]] | None:
+    """Per item node id, every function index its verdict depends on: what it ran and what computing
+    the stages it reads ran; None for a map recorded per group only."""
+    if "checks" not in item_map:
+        return None
+    reach: dict[str, set[int]] = {}
+    for group, by_check in item_map["checks"].items():
+        table = item_map["stages"].get(group, {"functions": []})
+        for check, (own, positions) in by_check.items():
+            found = set(own)
+            for position in positions:
+                found.update(table["functions"][position])
+            reach[f"{group}::{check}"] = found
+    return reach
 
 
 def _ranges(indices: list[int]) -> str:
@@ -126,6 +171,15 @@ def write(item_map: dict[str, Any], path: Path, identity: dict[str, Any]) -> int
     document = {"tico": identity, **item_map}
     document["groups"] = {group: _ranges(found) for group, found in item_map["groups"].items()}
     document |= {key: _ranges(item_map.get(key, [])) for key in _INDEXED}
+    if "checks" in item_map:
+        document["stages"] = {
+            group: {"names": table["names"], "functions": [_ranges(f) for f in table["functions"]]}
+            for group, table in item_map["stages"].items()
+        }
+        document["checks"] = {
+            group: {check: [_ranges(own), _ranges(positions)] for check, (own, positions) in by_check.items()}
+            for group, by_check in item_map["checks"].items()
+        }
     text = json.dumps(document, separators=(",", ":"), sort_keys=True)
     path.write_text(text)
     return len(text)
@@ -142,6 +196,11 @@ def load(path: Path) -> dict[str, Any]:
     try:
         document["groups"] = {group: _indices(found) for group, found in document["groups"].items()}
         document |= {key: _indices(document.get(key, [])) for key in _INDEXED}
+        for table in document.get("stages", {}).values():
+            table["functions"] = [_indices(found) for found in table["functions"]]
+        for by_check in document.get("checks", {}).values():
+            for check, (own, positions) in by_check.items():
+                by_check[check] = [_indices(own), _indices(positions)]
     except (ValueError, AttributeError, TypeError) as exc:
         raise FileNotFoundError(f"{path} is no item map (unreadable function indices: {exc})") from exc
     return document
