@@ -1,15 +1,18 @@
-"""Which tico functions each item group runs: the per-item map issue 48's selection reads.
+"""Which tico functions each item runs: the per-item map ``--select-changed`` reads.
 
-A ``--tico-coverage`` run labels coverage.py's measurement with the (case, profile) group of the item
-running (a dynamic context, switched at each item's setup): a group's checks share its stages (export,
-conversion, calibration), so the group, not the check, is what executed a function. Functions are
-named as ``harness/tico_facts/changed_functions.py`` names a change: the file under the tico package
-and the qualified name coverage.py gives the function, never a line number, so the map reads on other
-tico versions by name. Code run outside every item (imports, the controller, warm-up) is kept apart
-as ``outside_items``: a change there can reach every item. One-time work done at first use in a
-process (a registry filled lazily, a module imported late) is measured under the first group that
-needed it only; each process's first group is recorded (``first_groups``), and the functions only
-first groups ran are listed (``first_only``) so a selection can treat them as reaching every item.
+A ``--tico-coverage`` run labels coverage.py's measurement with the item running, and with
+``<group>|<stage>`` while a stage computes (``stage_contexts``): an item's verdict depends on what it
+ran itself and on what computing the stages it reads ran, whichever item of its (case, profile) group
+computed them. The map keeps, per group, the functions each stage ran (``stages``), and per item its
+own functions and the stages it reads (``checks``); ``item_reach`` joins them. ``groups`` is the
+union per group, for maps and rules that work per group. Functions are named as
+``harness/tico_facts/changed_functions.py`` names a change: the file under the tico package and the
+qualified name coverage.py gives the function, never a line number, so the map reads on other tico
+versions by name. Code run outside every item (imports, the controller, warm-up) is kept apart as
+``outside_items``: a change there can reach every item. One-time work done at first use in a process
+(a registry filled lazily, a module imported late) is measured under the first group that needed it
+only; each process's first group is recorded (``first_groups``), and the functions only first groups
+ran are listed (``first_only``) so a selection can treat them as reaching every item.
 """
 
 from __future__ import annotations
