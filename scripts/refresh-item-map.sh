@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rewrite golden/item-map/pinned-tico.json, the per-item map --select-changed reads by default: the
+# Rewrite golden/item-map/pinned-tico.json.gz, the per-item map --select-changed reads by default: the
 # PR gate's matrix on the pinned tico, caches off, measured per item group (--tico-coverage). Run it
 # when the pinned tico, a case or a check changes what items run (a group the map lacks runs on
 # every change until then). Extra arguments go to pytest.
@@ -12,5 +12,6 @@ fi
 report=reports/item-map
 ./scripts/env.sh pytest -n auto --tico-coverage "--wrapq-report-dir=$report" "$@"
 mkdir -p golden/item-map
-cp "$report/tico-coverage/item-map.json" golden/item-map/pinned-tico.json
-echo "golden/item-map/pinned-tico.json: $(wc -c < golden/item-map/pinned-tico.json) bytes"
+# -n: no name or time stamp in the archive, so the same map is the same bytes
+gzip -9 -n -c "$report/tico-coverage/item-map.json" > golden/item-map/pinned-tico.json.gz
+echo "golden/item-map/pinned-tico.json.gz: $(wc -c < golden/item-map/pinned-tico.json.gz) bytes"

@@ -174,6 +174,8 @@ def test_a_run_says_how_far_the_map_s_tico_is_from_base_and_the_map_round_trips(
     loaded = item_map.load(tmp_path / "m.json")
     assert size == (tmp_path / "m.json").stat().st_size and loaded["groups"] == built["groups"]
     assert json.loads((tmp_path / "m.json").read_text())["first_only"] == "0-1"
+    packed = item_map.write(built, tmp_path / "m.json.gz", {"version": "0.3.0"})  # the committed form
+    assert packed < size and item_map.load(tmp_path / "m.json.gz")["groups"] == built["groups"]
     assert item_map.files_differing(loaded, pinned) == 0
     other = copy_tico(tmp_path, "other")
     edit(other, LINEAR, "        out = F.linear(x_q, w, b)\n", "        out = F.linear(x_q, w, b) * 1.0\n")

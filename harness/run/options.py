@@ -158,7 +158,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="PATH",
         help="the per-item map --select-changed reads (default: the committed map of the pinned tico, "
-        "golden/item-map/pinned-tico.json; a --tico-coverage run writes <report dir>/tico-coverage/item-map.json)",
+        "golden/item-map/pinned-tico.json.gz; a --tico-coverage run writes <report dir>/tico-coverage/item-map.json)",
     )
     group.addoption(
         "--record-durations",

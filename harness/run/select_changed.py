@@ -23,7 +23,7 @@ from harness.run.items import CheckItem
 from harness.run.session import SessionState
 from harness.tico_facts import change_selection, changed_functions, item_map, tico_identity, tico_sources
 
-DEFAULT_MAP = "golden/item-map/pinned-tico.json"
+DEFAULT_MAP = "golden/item-map/pinned-tico.json.gz"
 # The group that runs when the change reaches no item: the smallest case that imports tico, wraps a
 # module, calibrates, converts and exports.
 SMOKE_CASE = "nn_linear"
