@@ -1,19 +1,20 @@
-"""Which item groups a change to tico can reach, read from the per-item map: sound before small.
+"""Which items a change to tico can reach, read from the per-item map: sound before small.
 
-The rules, each stated with the groups it selects (``Selection.reasons``):
-- a function some group ran: those groups;
+A unit is an item where the map records items (what it ran and what the stages it reads ran:
+``item_map.item_reach``), a (case, profile) group where it records groups only. The rules, each
+stated with the units it selects (``Selection.reasons``):
+- a function some unit reaches: those units;
 - a function only the processes' first groups ran, or one run outside every item (one-time work:
-  module bodies, a lazily filled registry): every group;
-- a function of a file groups ran, that the map has never seen (new or renamed): the groups that ran
-  that file;
-- module-level code or a removed file: the groups that ran a function of that file; every group when
-  none did but its body ran (a module of constants every item may read);
-- a new Python file: the groups that ran a file of its directory (it takes effect through an import,
-  and an import added elsewhere is itself a change there); none when no group did (tico imports no
+  module bodies, a lazily filled registry): every unit;
+- a function of a file units reach, that the map has never seen (new or renamed): the units that
+  reach that file;
+- module-level code or a removed file: the units that reach a function of that file; every unit when
+  none does but its body ran (a module of constants every item may read);
+- a new Python file: the units that reach a file of its directory (it takes effect through an import,
+  and an import added elsewhere is itself a change there); none when none does (tico imports no
   directory by listing it: no pkgutil walk, its registries import fixed module names);
-- a non-Python file (a schema, package data): every group;
-- tico's dependency declarations: every group;
-- a function, module or file no group and no import ever ran: no group, said so.
+- a non-Python file (a schema, package data) or tico's dependency declarations: every unit;
+- a function, module or file no unit and no import ever ran: none, said so.
 ``--select-changed`` (harness/run/select_changed.py) applies it to a run's items.
 """
 
