@@ -153,8 +153,15 @@ def test_a_behaviour_neutral_change_touches_no_executable_line_and_a_wheel_is_a_
 
 
 def test_shards_merge_into_one_summary_and_a_run_without_measurement_says_so(measured, tmp_path):
+    from harness.tico_facts import item_map
+
     merged = branch_coverage.merge([measured, measured], tmp_path / "merged")
     assert merged["scope_totals"] == branch_coverage.load(measured)["scope_totals"]  # the same lines, counted once
+    # the per-item map survives the merge: the same first groups (one-time work) and the same reach per item
+    one, both = (item_map.load(d / item_map.MAP_NAME) for d in (measured / "tico-coverage", tmp_path / "merged"))
+    assert both["first_groups"] == one["first_groups"] and both["first_only"] == one["first_only"]
+    by_name = lambda m: {i: {m["functions"][f] for f in r} for i, r in item_map.item_reach(m).items()}  # noqa: E731
+    assert by_name(both) == by_name(one)
     with pytest.raises(FileNotFoundError, match="made with --tico-coverage"):
         branch_coverage.merge([measured, tmp_path / "plain"], tmp_path / "again")
 

@@ -2,9 +2,9 @@
 
 The change is the tico under review against BASE (``harness/tico_facts/tico_sources.py``), named by the
 functions it touches (``changed_functions``); the items are chosen from a per-item map of the tico
-functions each (case, profile) group ran (``item_map``, committed for the pinned tico, or ``--item-map``
-from a nightly) by the rules of ``change_selection``. A group the map never measured (a new case, another
-profile) runs whatever changed. When nothing the map runs changed, the import smoke runs so the run
+functions each item reaches (``item_map``, committed for the pinned tico, or ``--item-map`` from a
+nightly) by the rules of ``change_selection``. An item the map never measured (a new case or check,
+another profile) runs whatever changed. When nothing the map runs changed, the import smoke runs so the run
 still proves this tico imports and wraps. Every process selects alike; the one that collected writes
 what it chose to ``<report dir>/selection.json``, which the controller prints and keeps in results.json,
 and the selected node ids to ``selected-items.txt``, which runs the same items on another tico.

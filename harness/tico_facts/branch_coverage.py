@@ -217,6 +217,10 @@ def merge(report_dirs: list[Path], data_dir: Path) -> dict[str, Any]:
         if found is None:
             raise FileNotFoundError(f"no {DATA_NAME} under {where}: was that run made with --tico-coverage?")
         shutil.copyfile(found / DATA_NAME, data_dir / f"{DATA_NAME}.shard{i}")
+        # the per-item map's process records: first groups (one-time work) and stages read per item
+        for record in [*found.glob("first-group.*.txt"), *found.glob("stages.*.json")]:
+            kind, _, rest = record.name.partition(".")
+            shutil.copyfile(record, data_dir / f"{kind}.shard{i}-{rest}")
         if (found / SUMMARY_NAME).is_file():
             walls.append(json.loads((found / SUMMARY_NAME).read_text()).get("wall_seconds") or 0.0)
     return combine(data_dir, sum(walls) or None)
