@@ -134,6 +134,11 @@ def test_a_wheel_and_a_directory_resolve_to_the_package_and_junk_is_refused(tmp_
     junk.write_text("not a zip")
     with pytest.raises(tico_sources.BaseSourceError, match="no readable wheel"):
         tico_sources.resolve(str(junk), tmp_path / "cache")
+    empty = tmp_path / "empty-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(empty, "w") as archive:
+        archive.writestr("other/__init__.py", "")
+    with pytest.raises(tico_sources.BaseSourceError, match="holds no tico package"):
+        tico_sources.resolve(str(empty), tmp_path / "cache")
 
 
 def test_every_seeded_regression_selects_every_item_it_turns_red(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,6 +40,7 @@ def _unpacked(wheel: Path, target: Path) -> Path:
                     archive.extractall(staging)
             except (OSError, zipfile.BadZipFile) as exc:
                 raise BaseSourceError(f"{wheel} is no readable wheel: {exc}") from exc
+            shutil.rmtree(target, ignore_errors=True)  # a half-written unpack from a killed run
             staging.rename(target)
     return package_root(target)
 
@@ -62,16 +64,16 @@ def resolve(spec: str, cache: Path) -> Path:
     """The ``tico`` package directory of ``spec``."""
     cache.mkdir(parents=True, exist_ok=True)
     path = Path(spec).expanduser()
-    if path.is_dir():
-        try:
+    try:
+        if path.is_dir():
             return package_root(path.resolve())
-        except FileNotFoundError as exc:
-            raise BaseSourceError(f"{spec}: {exc}") from None
-    if path.is_file() and path.suffix == ".whl":
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-        return _unpacked(path, cache / f"wheel-{digest}")
-    if _VERSION.match(spec) and not path.exists():
-        return _downloaded(spec, cache)
+        if path.is_file() and path.suffix == ".whl":
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+            return _unpacked(path, cache / f"wheel-{digest}")
+        if _VERSION.match(spec) and not path.exists():
+            return _downloaded(spec, cache)
+    except FileNotFoundError as exc:  # unpacked or found, but no tico package in it
+        raise BaseSourceError(f"{spec}: {exc}") from None
     raise BaseSourceError(
         f"{spec!r} is neither a directory holding tico, a .whl file nor a version on the package index"
     )
