@@ -46,9 +46,6 @@ class TicoCoverageRun:
         stage_contexts.forget_memoized()
         self.stages.item_starts(item.nodeid)
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.stages.collected(item.nodeid for item in session.items)
-
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """On a worker this runs inside xdist's own sessionfinish wrapper, before the worker reports

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 STAGE_SEPARATOR = "|"
 _FILE = "stages.{pid}.json"
@@ -47,12 +47,12 @@ class StageContexts:
         return group_of_context(self._item)
 
     def item_starts(self, nodeid: str) -> None:
+        """An item this process runs (one a crashed process ran is in no record: the map lacks it, and a
+        selection runs it whatever changed)."""
         self._item = nodeid
+        self.items.add(nodeid)
         self._running.clear()
         self._switch(nodeid)
-
-    def collected(self, nodeids: Iterable[str]) -> None:
-        self.items.update(nodeids)
 
     def requested(self, name: str) -> None:
         if not self._item:
@@ -112,7 +112,7 @@ def _caches_of(package: str) -> list[Callable[[], None]]:
 
 def read(data_dir: Path) -> tuple[dict[str, set[str]], dict[str, dict[str, set[str]]], set[str]] | None:
     """Every process's records merged: stages asked per item, stage dependencies per group, the items
-    collected; None when no process recorded (a run before this existed)."""
+    run; None when no process recorded (a run before this existed)."""
     paths = sorted(data_dir.glob(_FILE.format(pid="*")))
     if not paths:
         return None
