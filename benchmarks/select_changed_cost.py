@@ -67,10 +67,8 @@ def kind_of(files: set[str]) -> str:
 def share(changes: list, committed: dict, items: list[str]) -> tuple[int, list[str]]:
     """How many of ``items`` the run selects for ``changes``, and why."""
     selection = change_selection.select(changes, committed)
-    units, per_item = change_selection.units_of(committed)
-    chosen = set(units) if selection.everything else selection.units
-    unit_of = (lambda nodeid: nodeid) if per_item else item_map.group_of
-    selected = [i for i in items if unit_of(i) in chosen or unit_of(i) not in units]
+    unit_of = (lambda nodeid: nodeid) if selection.per_item else item_map.group_of
+    selected = [i for i in items if unit_of(i) in selection.units or unit_of(i) not in selection.known]
     if not selected:  # the import smoke runs (harness/run/select_changed.py)
         groups = {item_map.group_of(i) for i in items if f"::{SMOKE_CASE}[" in i}
         smoke = min(groups, key=lambda g: (len(g), g))

@@ -35,8 +35,6 @@ def main() -> int:
     parser.add_argument("--item-map", type=Path, default=REPO / DEFAULT_MAP)
     args = parser.parse_args()
     committed = item_map.load(args.item_map)
-    units, per_item = change_selection.units_of(committed)
-    unit_of = (lambda nodeid: nodeid) if per_item else item_map.group_of
     cache = REPO / ".wrapq-cache" / "tico-sources"
     runs = [(spec.split("=", 1)[0], Path(spec.split("=", 1)[1])) for spec in args.runs]
     missed_anywhere = 0
@@ -45,10 +43,10 @@ def main() -> int:
     for (base, base_dir), (head, head_dir) in zip(runs, runs[1:]):
         changes = changed_functions.changes(tico_sources.resolve(base, cache), tico_sources.resolve(head, cache))
         selection = change_selection.select(changes, committed)
-        chosen = set(units) if selection.everything else selection.units
+        unit_of = (lambda nodeid: nodeid) if selection.per_item else item_map.group_of
         before, after = outcomes(base_dir), outcomes(head_dir)
         items = sorted(after)
-        selected = {i for i in items if unit_of(i) in chosen or unit_of(i) not in units}
+        selected = {i for i in items if unit_of(i) in selection.units or unit_of(i) not in selection.known}
         moved = {i for i in items if before.get(i) != after[i]}
         missed = sorted(moved - selected)
         missed_anywhere += len(missed)

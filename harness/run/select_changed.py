@@ -64,7 +64,6 @@ class SelectChangedRun:
                 "checkouts or both wheels); scripts/env.sh installs tico --no-deps on the pinned stack"
             )
         self.selection = change_selection.select(self.changes, self.item_map)
-        self.units, _ = change_selection.units_of(self.item_map)
         if not state.is_worker:
             for stale in (self.record_path, self.record_path.parent / ITEMS_FILE):
                 stale.unlink(missing_ok=True)
@@ -87,15 +86,15 @@ class SelectChangedRun:
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
         """After -k, -m and --shard: what the run would have run, narrowed to what the change reaches."""
         per_item = self.selection.per_item
-        mapped = set(self.units)
-        chosen = mapped if self.selection.everything else self.selection.units
+        mapped = self.selection.known
         units = {
             id(item): item.nodeid if per_item else item_map.group_of(item.nodeid)
             for item in items
             if isinstance(item, CheckItem)
         }
         unmapped = {unit for unit in units.values() if unit not in mapped}
-        keep = [item for item in items if units.get(id(item)) is None or units[id(item)] in chosen | unmapped]
+        running = self.selection.units | unmapped
+        keep = [item for item in items if units.get(id(item)) is None or units[id(item)] in running]
         smoke = None
         if not any(id(item) in units for item in keep):
             smoke_groups = {item_map.group_of(i.nodeid) for i in items if id(i) in units and i.case.name == SMOKE_CASE}

@@ -51,9 +51,11 @@ class Reason:
 
 @dataclass
 class Selection:
-    """The selected units: item node ids where the map records items (``per_item``), else groups."""
+    """The selected units: item node ids where the map records items (``per_item``), else groups;
+    ``known``: every unit the map measured (a unit outside it runs whatever changed)."""
 
     units: set[str] = field(default_factory=set)
+    known: set[str] = field(default_factory=set)
     everything: bool = False
     reasons: list[Reason] = field(default_factory=list)
     per_item: bool = False
@@ -73,7 +75,7 @@ def select(changes: list[Change], item_map: dict[str, Any]) -> Selection:
     unit = "item" if per_item else "group"
     one_time = {names[i] for i in [*item_map.get("outside_items", []), *item_map.get("first_only", [])]}
     seen = set(names)
-    selection = Selection(per_item=per_item)
+    selection = Selection(known=set(runs), per_item=per_item)
 
     def units_running(predicate) -> set[str]:
         matching = {i for i, name in enumerate(names) if predicate(name)}
@@ -123,5 +125,5 @@ def select(changes: list[Change], item_map: dict[str, Any]) -> Selection:
             else:
                 nothing(f"{change.file}: a new file in a directory no {unit} runs (only an import reaches it)")
     if selection.everything:
-        selection.units = set(runs)
+        selection.units = set(selection.known)
     return selection
