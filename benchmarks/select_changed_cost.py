@@ -7,7 +7,8 @@ change, and each Python file a pair changes is one file-sized change, the size m
 are (the issue counted median ten hunks). Each change's functions are mapped by name onto the map
 (harness/tico_facts/change_selection.py) and counted in the PR gate's items (``pytest --co``; groups
 the map never measured count as selected, and a change that reaches no item runs the import smoke).
-Prints a row per change and a table per kind of change: how many, the median and the largest share.
+Prints a row per change, a table per kind of change (how many, the median and the largest share), and
+the share each seeded tico regression of the tests selects.
 Only selection is measured here, nothing runs.
 """
 
@@ -76,6 +77,26 @@ def share(changes: list, committed: dict, items: list[str]) -> tuple[int, list[s
     return len(selected), [str(r) for r in selection.reasons]
 
 
+def seeded_rows(committed: dict, items: list[str]) -> list[tuple[str, int]]:
+    """Each seeded tico regression (tests/test_seeded_tico_regressions.py) on a copy of the pinned tico:
+    how many items it selects."""
+    import tempfile
+
+    sys.path.insert(0, str(REPO))  # the tests package: run as a script, only benchmarks/ is on the path
+    from tests.test_seeded_tico_regressions import SEEDED
+    from tests.tico_tree import copy_tico, edit, installed_tico
+
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for seeded in SEEDED:
+            tree = copy_tico(Path(work), seeded.name)
+            for relative, old, new in seeded.edits:
+                edit(tree, relative, old, new)
+            count, _ = share(changed_functions.changes(installed_tico(), tree / "tico"), committed, items)
+            rows.append((seeded.name, count))
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--item-map", type=Path, default=REPO / DEFAULT_MAP)
@@ -111,6 +132,9 @@ def main() -> int:
         print(f"| {kind} | {len(shares)} | {statistics.median(shares):.1f}% | {max(shares):.1f}% |")
     files = [100 * row["items"] / total for row in rows if row["kind"] != "a build pair (many commits)"]
     print(f"| every file-sized change | {len(files)} | {statistics.median(files):.1f}% | {max(files):.1f}% |")
+    print("\n| seeded regression | selected |\n|---|---:|")
+    for name, count in seeded_rows(committed, items):
+        print(f"| `{name}` | {100 * count / total:.1f}% |")
     if args.json:
         args.json.write_text(json.dumps({"total": total, "rows": rows}, indent=1))
     return 0
