@@ -1,0 +1,41 @@
+"""The fairseq profile: its cases never run by default, and without fairseq each says how to get it."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from cases import fairseq as fairseq_cases
+from harness.model import fairseq_extra
+
+
+def test_the_profile_is_opt_in_and_every_case_wraps_a_class_tico_registers():
+    assert fairseq_cases.CASES
+    for case in fairseq_cases.CASES:
+        assert case.profiles == ("fairseq",) and case.unavailable is fairseq_extra.unavailable_reason
+        assert case.expected_wrapper.startswith("QuantFairseq")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fairseq") is not None, reason="fairseq is installed here")
+def test_without_fairseq_each_case_skips_naming_the_commands():
+    for case in fairseq_cases.CASES:
+        reason = case.unavailable_reason()
+        assert reason is not None and "./scripts/fairseq.sh run" in reason and "./scripts/fairseq.sh install" in reason
+        assert "ModuleNotFoundError" in reason
+
+
+def test_the_pinned_requirements_leave_the_main_stack_alone():
+    """requirements-fairseq.txt installs beside constraints.txt, never over one of its pins."""
+    root = fairseq_extra.__file__.rsplit("/harness/", 1)[0]
+
+    def pins(name: str) -> dict[str, str]:
+        lines = open(f"{root}/{name}").read().splitlines()
+        return {
+            line.split("==")[0].lower().replace("_", "-"): line.split("==")[1]
+            for line in lines
+            if "==" in line and not line.startswith("#")
+        }
+
+    extra, pinned = pins("requirements-fairseq.txt"), pins("constraints.txt")
+    assert extra and not set(extra) & set(pinned)
