@@ -1,5 +1,5 @@
-"""fairseq cases: tico's wrappers for fairseq's own Transformer layers, on real fairseq modules
-(profile ``fairseq``, nightly; never the default).
+"""fairseq cases: tico's wrappers for fairseq's own Transformer, on real fairseq modules (profile
+``fairseq``, nightly and ``.ci/run``; never the default).
 
 tico 0.3.0 registers wrappers (``try_register``) for fairseq's MultiheadAttention, its encoder and
 decoder layers and its encoder and decoder; TICO's own tests drive them with dummy modules. Here the
@@ -7,32 +7,54 @@ float module is fairseq's (fairseq-fixed 0.12.3.1's sources, ``./scripts/fairseq
 seeded tiny ``TransformerConfig`` (model width 32, 4 heads, FFN 64, dropout off), and called the way
 fairseq's Transformer calls it: time-major ``[T, B, C]`` activations, a boolean key padding mask with
 the second row padded, an additive causal mask on the decoder side at tico's fill value (the mask
-tico's own decoder wrapper builds, ``buffered_future_mask``), encoder states for cross attention.
-Without fairseq every item skips with a reason naming ``./scripts/fairseq.sh run``.
-"""
+tico's own decoder wrapper builds, ``buffered_future_mask``), encoder states for cross attention; the
+whole encoder and decoder (two layers each) take token ids, the encoder a right-padded batch. The layer
+cases sweep fairseq's pre-norm order (``normalize_before``); the attention and layer cases are exported
+and replayed in Circle. Without fairseq every item skips with a reason naming ``./scripts/fairseq.sh run``."""
 
 from __future__ import annotations
 
 import torch
 
-from harness import Built, Case, CaseInputs, Sample, expect, whole_module_export
+from harness import Built, Case, CaseInputs, Sample, Sweep, expect, whole_module_export
 from harness.model import fairseq_extra
 
 PROFILE = "fairseq"
 WIDTH, HEADS, FFN = 32, 4, 64
 TGT, SRC, BATCH = 6, 5, 2
+VOCAB = 40
 FILL = -120.0  # tico's default attention_mask_fill_value (PTQConfig)
 
 
-def _config(normalize_before: bool = False):
+def _config(normalize_before: bool = False, layers: int = 1):
     from fairseq.models.transformer import TransformerConfig
 
     cfg = TransformerConfig()
     for side in (cfg.encoder, cfg.decoder):
         side.embed_dim, side.attention_heads, side.ffn_embed_dim = WIDTH, HEADS, FFN
-        side.normalize_before = normalize_before
+        side.normalize_before, side.layers = normalize_before, layers
+    # interpolations ("${decoder.embed_dim}") that only fairseq's hydra config resolution fills in
+    cfg.decoder.input_dim = cfg.decoder.output_dim = WIDTH
+    cfg.max_source_positions = cfg.max_target_positions = 64
     cfg.dropout = cfg.attention_dropout = cfg.activation_dropout = 0.0
     return cfg
+
+
+def _dictionary():
+    from fairseq.data import Dictionary
+
+    dictionary = Dictionary()
+    for i in range(VOCAB):
+        dictionary.add_symbol(f"w{i}")
+    return dictionary
+
+
+def _tokens(dictionary, length: int, padded: bool) -> torch.Tensor:
+    """[B, S] token ids past the special symbols; the second row's last two padded (fairseq pads right)."""
+    tokens = torch.randint(dictionary.nspecial, len(dictionary), (BATCH, length))
+    if padded:
+        tokens[1, -2:] = dictionary.pad()
+    return tokens
 
 
 def _padding(length: int) -> torch.Tensor:
@@ -155,8 +177,18 @@ _SETTINGS = {
         "circle_replay": _REPLAY,
         "quant_accuracy": {"max_peir": 0.084, "max_mean_abs_diff": 0.065, "max_abs_diff": 0.46, "min_sqnr_db": 21.7},
     },
+    "fairseq_encoder": {
+        "attribution": {"max_site_gain_db": 1.5, "min_resolved_levels": 5.6},
+        "quant_accuracy": {"max_peir": 0.093, "max_mean_abs_diff": 0.072, "max_abs_diff": 0.56, "min_sqnr_db": 19.2},
+    },
+    "fairseq_decoder": {
+        "attribution": {"max_site_gain_db": 0.89, "min_resolved_levels": 4.4},
+        "quant_accuracy": {"max_peir": 0.039, "max_mean_abs_diff": 0.055, "max_abs_diff": 0.22, "min_sqnr_db": 22.9},
+    },
 }
 _OBSERVERS = {
+    "fairseq_encoder": 124,
+    "fairseq_decoder": 210,
     "fairseq_mha_self": 27,
     "fairseq_mha_cross": 27,
     "fairseq_encoder_layer": 62,
@@ -172,6 +204,79 @@ _ATTENTION_FINDINGS = {
     "attribution": expect("mask-add-shared-observer"),
 }
 _LAYER_FINDINGS = {"name_contract": _NAMES, "qparam_audit": _BOOL_MASK}
+
+
+def build_encoder(profile: str) -> Built:
+    """fairseq's whole TransformerEncoderBase: scaled token embeddings, sinusoidal positions, two layers;
+    called as fairseq's models call it, (src_tokens, src_lengths), on a right-padded batch."""
+    from fairseq.models.transformer import TransformerEncoderBase
+
+    dictionary = _dictionary()
+    embed = torch.nn.Embedding(len(dictionary), WIDTH, dictionary.pad())
+    encoder = TransformerEncoderBase(_config(layers=2), dictionary, embed)
+
+    def sample() -> Sample:
+        tokens = _tokens(dictionary, SRC + 2, padded=True)
+        return Sample(args=(tokens, tokens.ne(dictionary.pad()).sum(dim=1)))
+
+    return Built(encoder, _inputs(sample))
+
+
+def build_decoder(profile: str) -> Built:
+    """fairseq's whole TransformerDecoderBase (two layers, output projection to the vocabulary) over the
+    output of a float encoder of the same config, teacher-forced on whole target sequences."""
+    from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
+
+    dictionary = _dictionary()
+    cfg = _config(layers=2)
+    encoder = TransformerEncoderBase(cfg, dictionary, torch.nn.Embedding(len(dictionary), WIDTH, dictionary.pad()))
+    decoder = TransformerDecoderBase(cfg, dictionary, torch.nn.Embedding(len(dictionary), WIDTH, dictionary.pad()))
+    encoder.eval()
+
+    def sample() -> Sample:
+        source = _tokens(dictionary, SRC + 2, padded=True)
+        with torch.no_grad():
+            memory = encoder(source, source.ne(dictionary.pad()).sum(dim=1))
+        return Sample(args=(_tokens(dictionary, TGT, padded=False),), kwargs={"encoder_out": memory})
+
+    return Built(decoder, _inputs(sample))
+
+
+def _layer_sweep(prenorm_expected: dict[str, tuple[str, ...]]) -> Sweep:
+    """The layers' other normalization order: fairseq's pre-norm (normalize_before) moves both LayerNorms,
+    and leaves the residual sums unquantized (finding fairseq-prenorm-float-residual)."""
+    return Sweep(
+        axes={"normalize_before": (False, True)},
+        why={"normalize_before": "the wrappers branch on it around attention and the FFN (quant_*_layer.py forward)"},
+        pr="each",
+        nightly="all",
+        profiles=(PROFILE,),
+        overrides={
+            "normalize_before=True": {
+                "expected_failures": {check: expect(*ids, check=check) for check, ids in prenorm_expected.items()}
+            }
+        },
+    )
+
+
+_PRENORM = "fairseq-prenorm-float-residual"
+_BOOL = "fairseq-bool-mask-float-constants"
+_WEIGHTS = "fairseq-decoder-attn-weights-float"
+ENCODER_LAYER_SWEEP = _layer_sweep(
+    {
+        "qparam_audit": (_BOOL, _PRENORM),
+        "qparam_consistency": (_PRENORM,),
+        "circle_replay": (_PRENORM,),
+        "attribution": ("mask-add-shared-observer",),
+    }
+)
+DECODER_LAYER_SWEEP = _layer_sweep(
+    {
+        "qparam_audit": (_BOOL, _WEIGHTS, _PRENORM),
+        "qparam_consistency": (_PRENORM,),
+        "circle_replay": (_WEIGHTS, _PRENORM),
+    }
+)
 
 _FAIRSEQ = dict(
     family="fairseq",
@@ -214,6 +319,7 @@ CASES = [
         build=build_encoder_layer,
         description="fairseq TransformerEncoderLayerBase (post-norm), padded batch",
         expected_wrapper="QuantFairseqEncoderLayer",
+        sweep=ENCODER_LAYER_SWEEP,
         export=whole_module_export(),
         unused_observers={f"self_attn.{name}": why for name, why in _NO_ATTN_MASK.items()},
         expected_failures=_LAYER_FINDINGS,
@@ -226,6 +332,7 @@ CASES = [
         build=build_decoder_layer,
         description="fairseq TransformerDecoderLayerBase (post-norm): causal self attention, cross attention",
         expected_wrapper="QuantFairseqDecoderLayer",
+        sweep=DECODER_LAYER_SWEEP,
         export=whole_module_export(_decoder_layer_export_args),
         unused_observers=_DECODER_LAYER_UNUSED,
         expected_failures={
@@ -236,6 +343,28 @@ CASES = [
             ),
             "circle_replay": expect("fairseq-decoder-attn-weights-float", check="circle_replay"),
         },
+        **_FAIRSEQ,
+    ),
+    Case(
+        name="fairseq_encoder",
+        settings=_SETTINGS["fairseq_encoder"],
+        expected_observer_count=_OBSERVERS["fairseq_encoder"],
+        build=build_encoder,
+        description="fairseq TransformerEncoderBase (2 layers, embeddings, positions), right-padded source tokens",
+        expected_wrapper="QuantFairseqEncoder",
+        unused_observers={f"layers.*.wrapped.self_attn.{name}": why for name, why in _NO_ATTN_MASK.items()},
+        expected_failures={"name_contract": _NAMES, "no_side_effects": expect("mask-template-per-layer")},
+        **_FAIRSEQ,
+    ),
+    Case(
+        name="fairseq_decoder",
+        settings=_SETTINGS["fairseq_decoder"],
+        expected_observer_count=_OBSERVERS["fairseq_decoder"],
+        build=build_decoder,
+        description="fairseq TransformerDecoderBase (2 layers, output projection) over a float encoder's output",
+        expected_wrapper="QuantFairseqDecoder",
+        unused_observers={f"layers.*.wrapped.{path}": why for path, why in _DECODER_LAYER_UNUSED.items()},
+        expected_failures={"name_contract": _NAMES, "no_side_effects": expect("mask-template-per-layer")},
         **_FAIRSEQ,
     ),
 ]
