@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The optional fairseq profile (cases/fairseq.py): tico's wrappers for fairseq's own Transformer layers,
+# The optional fairseq profile (cases/fairseq.py, cases/fairseq_models.py): tico's wrappers for fairseq's own Transformer layers,
 # on real fairseq modules. fairseq lives in its own thin venv, .venv-fairseq, which puts fairseq and its
 # dependencies (requirements-fairseq.txt) in front of .venv's packages; .venv itself never sees fairseq.
 #   ./scripts/fairseq.sh install          # build/reuse .venv, then .venv-fairseq

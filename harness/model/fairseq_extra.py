@@ -1,4 +1,4 @@
-"""Whether the optional fairseq profile can run in this interpreter (cases/fairseq.py).
+"""Whether the optional fairseq profile can run in this interpreter (cases/fairseq.py, cases/fairseq_models.py).
 
 fairseq is not in the pinned stack: ``./scripts/fairseq.sh install`` builds the thin venv
 ``.venv-fairseq`` that holds it, and ``./scripts/fairseq.sh run`` runs pytest there. Anywhere else
