@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The optional fairseq profile (cases/fairseq.py, cases/fairseq_models.py): tico's wrappers for fairseq's own Transformer layers,
-# on real fairseq modules. fairseq lives in its own thin venv, .venv-fairseq, which puts fairseq and its
+# The optional fairseq profile (cases/fairseq.py, cases/fairseq_models.py): tico's wrappers for fairseq's
+# own Transformer modules, on real fairseq modules. fairseq lives in its own thin venv, .venv-fairseq, which puts fairseq and its
 # dependencies (requirements-fairseq.txt) in front of .venv's packages; .venv itself never sees fairseq.
 #   ./scripts/fairseq.sh install          # build/reuse .venv, then .venv-fairseq
 #   ./scripts/fairseq.sh check            # exit 0 when the profile can run, else print why
@@ -17,12 +17,13 @@ fi
 venv="$root/.venv-fairseq"
 sdist="fairseq_fixed-0.12.3.1.tar.gz"
 sdist_sha256="c607577a54ab30e2ee0f0b0a754ea5cdbc6ad0a9f99a1726638a2201445bc1cc"
-stamp="$(cat requirements-fairseq.txt .venv/.wrapq-stamp 2>/dev/null | sha256sum | cut -d' ' -f1)-$sdist_sha256"
 pip_quiet=(--quiet --disable-pip-version-check)
 probe='from harness.model import fairseq_extra as f; import sys; r = f.unavailable_reason(); print(r or "fairseq: ready, " + f.where()); sys.exit(1 if r else 0)'
 
 install() {
     ./scripts/env.sh true
+    # .venv's own stamp too: a rebuilt .venv (new pins) rebuilds the venv stacked on it
+    stamp="$(cat requirements-fairseq.txt .venv/.wrapq-stamp | sha256sum | cut -d' ' -f1)-$sdist_sha256"
     if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.wrapq-stamp" 2>/dev/null)" = "$stamp" ]; then
         return 0
     fi
