@@ -93,7 +93,8 @@ def build_decoder_single_step(profile: str, kv_order: str = "documented") -> Bui
     cfg = common.config(layers=2)
     encoder = TransformerEncoderBase(cfg, dictionary, common.embedding(dictionary))
     decoder = TransformerDecoderBase(cfg, dictionary, common.embedding(dictionary))
-    encoder.eval(), decoder.eval()
+    encoder.eval()
+    decoder.eval()
     object.__setattr__(decoder, _KV_ORDER, kv_order)
     return Built(decoder, common.inputs(lambda: _single_step_inputs(encoder, decoder, dictionary, kv_order)))
 
