@@ -85,35 +85,7 @@ def build_decoder_layer(profile: str, normalize_before: bool = False) -> Built:
     return Built(TransformerDecoderLayerBase(common.config(normalize_before)), common.inputs(sample))
 
 
-# Limits: `python -m harness limits --case ...` over three kernel selections (native, avx2, default), 1.25x the
-# worst; the attention cases' attribution stays at its default, its failure being diagnosed (mask-add finding).
 _REPLAY = {"max_steps": 1, "mean_steps": 0.1}
-_SETTINGS = {
-    "fairseq_mha_self": {
-        "circle_replay": _REPLAY,
-        "quant_accuracy": {"max_peir": 0.13, "max_mean_abs_diff": 0.042, "max_abs_diff": 0.22, "min_sqnr_db": 15.3},
-    },
-    "fairseq_mha_cross": {
-        "circle_replay": _REPLAY,
-        "quant_accuracy": {"max_peir": 0.095, "max_mean_abs_diff": 0.036, "max_abs_diff": 0.19, "min_sqnr_db": 17.2},
-    },
-    "fairseq_encoder_layer": {
-        "attribution": {"max_site_gain_db": 4.1, "min_resolved_levels": 4.5},
-        "circle_replay": _REPLAY,
-        "quant_accuracy": {"max_peir": 0.059, "max_mean_abs_diff": 0.048, "max_abs_diff": 0.32, "min_sqnr_db": 24.5},
-    },
-    "fairseq_decoder_layer": {
-        "attribution": {"max_site_gain_db": 2.3, "min_resolved_levels": 4.3},
-        "circle_replay": _REPLAY,
-        "quant_accuracy": {"max_peir": 0.084, "max_mean_abs_diff": 0.065, "max_abs_diff": 0.46, "min_sqnr_db": 21.7},
-    },
-}
-_OBSERVERS = {
-    "fairseq_mha_self": 27,
-    "fairseq_mha_cross": 27,
-    "fairseq_encoder_layer": 62,
-    "fairseq_decoder_layer": 105,
-}
 
 
 def _layer_sweep(prenorm_expected: dict[str, tuple[str, ...]]) -> Sweep:
@@ -152,11 +124,16 @@ DECODER_LAYER_SWEEP = _layer_sweep(
     }
 )
 
+# Limits: `python -m harness limits --case ...` over three kernel selections (native, avx2, default), 1.25x the
+# worst; the attention cases' attribution stays at its default, its failure being diagnosed (mask-add finding).
 CASES = [
     Case(
         name="fairseq_mha_self",
-        settings=_SETTINGS["fairseq_mha_self"],
-        expected_observer_count=_OBSERVERS["fairseq_mha_self"],
+        settings={
+            "circle_replay": _REPLAY,
+            "quant_accuracy": {"max_peir": 0.13, "max_mean_abs_diff": 0.042, "max_abs_diff": 0.22, "min_sqnr_db": 15.3},
+        },
+        expected_observer_count=27,
         build=build_mha_self,
         description="fairseq MultiheadAttention, self attention with a boolean key padding mask",
         expected_wrapper="QuantFairseqMultiheadAttention",
@@ -167,8 +144,16 @@ CASES = [
     ),
     Case(
         name="fairseq_mha_cross",
-        settings=_SETTINGS["fairseq_mha_cross"],
-        expected_observer_count=_OBSERVERS["fairseq_mha_cross"],
+        settings={
+            "circle_replay": _REPLAY,
+            "quant_accuracy": {
+                "max_peir": 0.095,
+                "max_mean_abs_diff": 0.036,
+                "max_abs_diff": 0.19,
+                "min_sqnr_db": 17.2,
+            },
+        },
+        expected_observer_count=27,
         build=build_mha_cross,
         description="fairseq MultiheadAttention, encoder-decoder attention over padded encoder states",
         expected_wrapper="QuantFairseqMultiheadAttention",
@@ -179,8 +164,17 @@ CASES = [
     ),
     Case(
         name="fairseq_encoder_layer",
-        settings=_SETTINGS["fairseq_encoder_layer"],
-        expected_observer_count=_OBSERVERS["fairseq_encoder_layer"],
+        settings={
+            "attribution": {"max_site_gain_db": 4.1, "min_resolved_levels": 4.5},
+            "circle_replay": _REPLAY,
+            "quant_accuracy": {
+                "max_peir": 0.059,
+                "max_mean_abs_diff": 0.048,
+                "max_abs_diff": 0.32,
+                "min_sqnr_db": 24.5,
+            },
+        },
+        expected_observer_count=62,
         build=build_encoder_layer,
         description="fairseq TransformerEncoderLayerBase (post-norm), padded batch",
         expected_wrapper="QuantFairseqEncoderLayer",
@@ -192,8 +186,17 @@ CASES = [
     ),
     Case(
         name="fairseq_decoder_layer",
-        settings=_SETTINGS["fairseq_decoder_layer"],
-        expected_observer_count=_OBSERVERS["fairseq_decoder_layer"],
+        settings={
+            "attribution": {"max_site_gain_db": 2.3, "min_resolved_levels": 4.3},
+            "circle_replay": _REPLAY,
+            "quant_accuracy": {
+                "max_peir": 0.084,
+                "max_mean_abs_diff": 0.065,
+                "max_abs_diff": 0.46,
+                "min_sqnr_db": 21.7,
+            },
+        },
+        expected_observer_count=105,
         build=build_decoder_layer,
         description="fairseq TransformerDecoderLayerBase (post-norm): causal self attention, cross attention",
         expected_wrapper="QuantFairseqDecoderLayer",

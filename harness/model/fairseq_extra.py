@@ -7,7 +7,6 @@ the profile's items skip with the reason below, which names those commands.
 
 from __future__ import annotations
 
-import functools
 import importlib
 
 INSTALL_COMMAND = "./scripts/fairseq.sh install"
@@ -22,9 +21,9 @@ REGISTERED = (
 )
 
 
-@functools.lru_cache(maxsize=None)
 def unavailable_reason() -> str | None:
-    """None when every class tico wraps imports; else why not, with the commands to fix it."""
+    """None when every class tico wraps imports; else why not, with the commands to fix it. Asked once per
+    session through Case.unavailable, which keeps the answer."""
     for path in REGISTERED:
         module_name, _, class_name = path.rpartition(".")
         try:
