@@ -65,9 +65,9 @@ def kind_of(files: set[str]) -> str:
     return "shared code (config, base classes, registry, utils)"
 
 
-def share(changes: list, committed: dict, items: list[str]) -> tuple[int, list[str]]:
-    """How many of ``items`` the run selects for ``changes``, and why."""
-    selection = change_selection.select(changes, committed)
+def share(changes: list, committed: dict, items: list[str], base: Path) -> tuple[int, list[str]]:
+    """How many of ``items`` the run selects for ``changes`` against the tico at ``base``, and why."""
+    selection = change_selection.select(changes, committed, item_map.source_files(base))
     unit_of = (lambda nodeid: nodeid) if selection.per_item else item_map.group_of
     selected = [i for i in items if unit_of(i) in selection.units or unit_of(i) not in selection.known]
     if not selected:  # the import smoke runs (harness/run/select_changed.py)
@@ -92,7 +92,8 @@ def seeded_rows(committed: dict, items: list[str]) -> list[tuple[str, int]]:
             tree = copy_tico(Path(work), seeded.name)
             for relative, old, new in seeded.edits:
                 edit(tree, relative, old, new)
-            count, _ = share(changed_functions.changes(installed_tico(), tree / "tico"), committed, items)
+            pinned = installed_tico()
+            count, _ = share(changed_functions.changes(pinned, tree / "tico"), committed, items, pinned)
             rows.append((seeded.name, count))
     return rows
 
@@ -113,14 +114,15 @@ def main() -> int:
           f"(tico {committed.get('tico', {}).get('version')}); builds {versions[0]} .. {versions[-1]}")  # fmt: skip
     rows: list[dict] = []
     for base, head in zip(versions, versions[1:]):
-        changes = changed_functions.changes(tico_sources.resolve(base, cache), tico_sources.resolve(head, cache))
+        base_root = tico_sources.resolve(base, cache)
+        changes = changed_functions.changes(base_root, tico_sources.resolve(head, cache))
         by_file: dict[str, list] = {}
         for change in changes:
             by_file.setdefault(change.file, []).append(change)
-        count, _ = share(changes, committed, items)
+        count, _ = share(changes, committed, items, base_root)
         rows.append({"change": f"{base} -> {head}", "kind": "a build pair (many commits)", "items": count})
         for file, file_changes in sorted(by_file.items()):
-            count, reasons = share(file_changes, committed, items)
+            count, reasons = share(file_changes, committed, items, base_root)
             change = f"{base} -> {head}: {file}"
             rows.append({"change": change, "kind": kind_of({file}), "items": count, "why": reasons})
     for row in rows:

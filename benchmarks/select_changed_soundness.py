@@ -41,8 +41,9 @@ def main() -> int:
     print("| change | changes | items selected | items whose outcome moved | missed |")
     print("|---|---:|---:|---:|---:|")
     for (base, base_dir), (head, head_dir) in zip(runs, runs[1:]):
-        changes = changed_functions.changes(tico_sources.resolve(base, cache), tico_sources.resolve(head, cache))
-        selection = change_selection.select(changes, committed)
+        base_root = tico_sources.resolve(base, cache)
+        changes = changed_functions.changes(base_root, tico_sources.resolve(head, cache))
+        selection = change_selection.select(changes, committed, item_map.source_files(base_root))
         unit_of = (lambda nodeid: nodeid) if selection.per_item else item_map.group_of
         before, after = outcomes(base_dir), outcomes(head_dir)
         items = sorted(after)

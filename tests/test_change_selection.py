@@ -80,3 +80,65 @@ def test_a_map_recorded_per_item_selects_the_items_whose_stages_or_own_code_ran_
     assert select([Change(LINEAR, MODULE)], PER_ITEM).units == {
         f"nn_linear[tiny]::{c}" for c in PER_ITEM["checks"]["nn_linear[tiny]"]
     }
+
+
+# The same map with block header lines: QuantLinear.forward's ``if self.bias`` header (line 40) ran in
+# circle_structure's own code only; its ``for`` header (line 30) under the quantized stage; line 50 only
+# outside every item.
+WITH_LINES = PER_ITEM | {
+    "tico": {"files": {LINEAR: "aaaa", "utils/convert.py": "bbbb"}},
+    "lines": [f"{LINEAR}:30", f"{LINEAR}:40", f"{LINEAR}:50"],
+    "lines_outside_items": [2],
+    "lines_first_only": [],
+    "stages": {
+        "nn_linear[tiny]": {"names": ["quantized", "circle_convert"], "functions": [[0], [1]], "lines": [[0], []]}
+    },
+    "checks": {
+        "nn_linear[tiny]": {
+            "quant_accuracy": [[], [0], []],
+            "circle_structure": [[], [0, 1], [1]],
+            "lifecycle": [[2], [], []],
+        }
+    },
+}
+SAME_BASE = {LINEAR: "aaaa", "utils/convert.py": "bbbb"}
+
+
+def test_a_change_inside_blocks_selects_the_items_that_ran_their_headers_where_the_map_s_file_is_base_s():
+    def forward(lines):
+        return Change(LINEAR, FUNCTION, "QuantLinear.forward", frozenset(lines))
+
+    inside_if = select([forward({40})], WITH_LINES, SAME_BASE)
+    assert inside_if.units == {"nn_linear[tiny]::circle_structure"}
+    assert [str(r) for r in inside_if.reasons] == [
+        f"{LINEAR}::QuantLinear.forward, inside the blocks at line(s) 40 -> 1 item(s)"
+    ]
+    # a header run under a stage reaches every item reading that stage
+    assert select([forward({30})], WITH_LINES, SAME_BASE).units == {
+        "nn_linear[tiny]::quant_accuracy",
+        "nn_linear[tiny]::circle_structure",
+    }
+    assert select([forward({60})], WITH_LINES, SAME_BASE).units == set()  # a header no item ran
+    assert select([forward(set())], WITH_LINES, SAME_BASE).units == set()  # only code beside it changed
+    assert select([forward({50})], WITH_LINES, SAME_BASE).everything  # run outside every item
+    # not narrowed: the file differs from the map's, no BASE hashes, a map without lines, no anchors
+    whole = {"nn_linear[tiny]::quant_accuracy", "nn_linear[tiny]::circle_structure"}
+    assert select([forward({40})], WITH_LINES, {**SAME_BASE, LINEAR: "cccc"}).units == whole
+    assert select([forward({40})], WITH_LINES).units == whole
+    assert select([forward({40})], PER_ITEM, SAME_BASE).units == whole
+    assert select([Change(LINEAR, FUNCTION, "QuantLinear.forward")], WITH_LINES, SAME_BASE).units == whole
+
+
+def test_a_map_with_lines_round_trips_and_an_older_map_without_them_still_loads(tmp_path):
+    from harness.tico_facts import item_map
+
+    item_map.write(WITH_LINES, tmp_path / "m.json.gz", WITH_LINES["tico"])
+    loaded = item_map.load(tmp_path / "m.json.gz")
+    assert {key: loaded[key] for key in WITH_LINES} == WITH_LINES
+    assert item_map.item_reach(loaded, "lines") == {
+        "nn_linear[tiny]::quant_accuracy": {0},
+        "nn_linear[tiny]::circle_structure": {0, 1},
+        "nn_linear[tiny]::lifecycle": set(),
+    }
+    item_map.write(PER_ITEM, tmp_path / "old.json", {})
+    assert item_map.item_reach(item_map.load(tmp_path / "old.json"), "lines") is None

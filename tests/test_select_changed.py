@@ -152,13 +152,16 @@ def test_every_seeded_regression_selects_every_item_it_turns_red(tmp_path):
 
     committed = item_map.load(REPO / DEFAULT_MAP)
     units, per_item = change_selection.units_of(committed)
+    base_files = item_map.source_files(installed_tico())  # the map's tico: changes narrow to their blocks
+    narrowed = 0
     for seeded in SEEDED:
         tree = copy_tico(tmp_path, seeded.name)
         for relative, old, new in seeded.edits:
             edit(tree, relative, old, new)
         changes = changed_functions.changes(installed_tico(), tree / "tico")
         assert changes, seeded.name
-        selection = change_selection.select(changes, committed)
+        selection = change_selection.select(changes, committed, base_files)
+        narrowed += any("inside the blocks" in str(r) for r in selection.reasons)
         red_groups = {group for group in seeded.items if not group.startswith("--")}
         checks = {seeded.check, *seeded.also_red}
         red = {f"{g}::{c}" for g in red_groups for c in checks} if per_item else red_groups
@@ -166,6 +169,7 @@ def test_every_seeded_regression_selects_every_item_it_turns_red(tmp_path):
         assert not missed, (seeded.name, sorted(missed), [str(r) for r in selection.reasons])
         if not red & set(units):  # seeded on the nightly profile only: the PR gate has none of it
             assert all("[tiny_nightly" in group for group in red_groups), (seeded.name, sorted(red))
+    assert narrowed, "no seed was narrowed to lines: the soundness above says nothing of the line rule"
 
 
 def test_a_run_says_how_far_the_map_s_tico_is_from_base_and_the_map_round_trips(tmp_path):

@@ -63,7 +63,7 @@ class SelectChangedRun:
                 "tico's dependency declarations were not compared (BASE and the tico under review are not both "
                 "checkouts or both wheels); scripts/env.sh installs tico --no-deps on the pinned stack"
             )
-        self.selection = change_selection.select(self.changes, self.item_map)
+        self.selection = change_selection.select(self.changes, self.item_map, item_map.source_files(base))
         if not state.is_worker:
             for stale in (self.record_path, self.record_path.parent / ITEMS_FILE):
                 stale.unlink(missing_ok=True)

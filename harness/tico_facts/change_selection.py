@@ -3,7 +3,10 @@
 A unit is an item where the map records items (what it ran and what the stages it reads ran:
 ``item_map.item_reach``), a (case, profile) group where it records groups only. The rules, each
 stated with the units it selects (``Selection.reasons``):
-- a function some unit reaches: those units;
+- a function some unit reaches: those units; where the change lies inside blocks of it (``Change.lines``),
+  the map records lines per item and the map's tico file is BASE's byte for byte, the units that ran one
+  of those blocks' header lines (every unit where one ran only at first use or outside every item; none
+  where no unit ran one);
 - a function only the processes' first groups ran, or one run outside every item (one-time work:
   module bodies, a lazily filled registry): every unit;
 - a function of a file units reach, that the map has never seen (new or renamed): the units that
@@ -69,9 +72,24 @@ def units_of(item_map: dict[str, Any]) -> tuple[dict[str, set[int]], bool]:
     return {group: set(found) for group, found in item_map["groups"].items()}, False
 
 
-def select(changes: list[Change], item_map: dict[str, Any]) -> Selection:
+def _narrowable(item_map: dict[str, Any], base_files: dict[str, str] | None) -> set[str]:
+    """The files whose changes may be narrowed to lines: the map's tico has them as BASE does."""
+    measured = (item_map.get("tico") or {}).get("files") or {}
+    if base_files is None or item_map_reach(item_map, "lines") is None:
+        return set()
+    return {name for name, digest in base_files.items() if measured.get(name) == digest}
+
+
+def select(changes: list[Change], item_map: dict[str, Any], base_files: dict[str, str] | None = None) -> Selection:
+    """``base_files``: a short hash of each of BASE's Python files (``item_map.source_files``), which lets
+    a change be narrowed to lines where the map's tico has the same file."""
     names: list[str] = item_map["functions"]
     runs, per_item = units_of(item_map)
+    narrowable = _narrowable(item_map, base_files)
+    line_runs = item_map_reach(item_map, "lines") or {}
+    line_names: list[str] = item_map.get("lines", [])
+    once = [*item_map.get("lines_outside_items", []), *item_map.get("lines_first_only", [])]
+    one_time_lines = {line_names[i] for i in once}
     unit = "item" if per_item else "group"
     one_time = {names[i] for i in [*item_map.get("outside_items", []), *item_map.get("first_only", [])]}
     seen = set(names)
@@ -103,6 +121,16 @@ def select(changes: list[Change], item_map: dict[str, Any]) -> Selection:
             key = f"{change.file}::{change.name}"
             if key in one_time:
                 everything(f"{key}: one-time work (first use in a process, or outside every item)")
+            elif key in seen and change.lines is not None and change.file in narrowable:
+                anchors = {f"{change.file}:{line}" for line in change.lines}
+                where = f"{key}, inside the blocks at line(s) {', '.join(map(str, sorted(change.lines)))}"
+                if not anchors:
+                    nothing(f"{key}: only code beside it changed")
+                elif anchors & one_time_lines:
+                    everything(f"{where}: one-time work (first use in a process, or outside every item)")
+                else:
+                    indices = {i for i, name in enumerate(line_names) if name in anchors}
+                    take({u for u, ran in line_runs.items() if ran & indices}, where)
             elif key in seen:
                 take(units_running(lambda f, k=key: f == k), key)
             elif any(in_file(f) for f in seen):

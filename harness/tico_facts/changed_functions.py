@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import ast
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from harness.tico_facts import changed_lines
 
 FUNCTION = "function"
 MODULE = "module-level"
@@ -31,11 +33,14 @@ _IGNORED_PARTS = ("__pycache__",)
 @dataclass(frozen=True, order=True)
 class Change:
     """One thing a change touches: ``file`` relative to the tico package; ``name`` the function's
-    qualified name for a FUNCTION change, "" otherwise."""
+    qualified name for a FUNCTION change, "" otherwise; ``lines`` the BASE header lines a run must have
+    run to reach the change (``changed_lines``), None where they cannot narrow it (the whole function),
+    empty where no line of the function changed (only code beside it)."""
 
     file: str
     kind: str
     name: str = ""
+    lines: frozenset[int] | None = field(default=None, compare=False)
 
     def label(self) -> str:
         return f"{self.file}: {self.name}" if self.kind == FUNCTION else f"{self.file}: {self.kind}"
@@ -95,17 +100,38 @@ def _is_code(lines: list[str], line: int) -> bool:
 
 def file_changes(relative: str, base: str, head: str) -> set[Change]:
     """The functions a change of one Python file touches, and its module level where a changed line
-    of code lies outside every function (a blank or comment line there changes nothing)."""
+    of code lies outside every function (a blank or comment line there changes nothing), unless that
+    code only adds names to BASE's imports (then the functions reading them are the change)."""
     removed, added, beside = _touched_lines(base.splitlines(), head.splitlines())
-    touched: set[Change] = set()
-    for source, lines, neighbours in ((base, removed, beside), (head, added, set())):
-        spans, text = functions(source), source.splitlines()
+    named: set[str] = set()
+    inside: tuple[dict[int, str], dict[int, str]] = ({}, {})
+    module_lines: tuple[set[int], set[int]] = (set(), set())
+    spans = (functions(base), functions(head))
+    for side, (source, lines, neighbours) in enumerate(((base, removed, beside), (head, added, set()))):
+        text = source.splitlines()
         for line in lines | neighbours:
-            name = _innermost(spans, line)
+            name = _innermost(spans[side], line)
             if name is not None:
-                touched.add(Change(relative, FUNCTION, name))
+                named.add(name)
+                if line in lines:
+                    inside[side][line] = name
             elif line in lines and _is_code(text, line):
-                touched.add(Change(relative, MODULE))
+                module_lines[side].add(line)
+    touched: set[Change] = set()
+    if any(module_lines):
+        reads = changed_lines.added_import_reads(base, head, module_lines)
+        if reads is None:
+            touched.add(Change(relative, MODULE))
+        else:
+            for side, found in enumerate(reads):
+                for line in found:
+                    name = _innermost(spans[side], line)
+                    if name is not None:
+                        named.add(name)
+                        inside[side][line] = name
+    narrowed = changed_lines.anchors(base, head, *inside)
+    for name in named:
+        touched.add(Change(relative, FUNCTION, name, narrowed.get(name, frozenset())))
     return touched
 
 

@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 import coverage
 
-from harness.tico_facts import stage_contexts
+from harness.tico_facts import changed_lines, stage_contexts
 
 MAP_NAME = "item-map.json"
 _FIRST = "first-group.{pid}.txt"
@@ -69,12 +69,16 @@ def first_groups(data_dir: Path) -> list[str]:
 def build(data_file: Path, files: Iterable[tuple[Path, str, dict[str, Any]]]) -> dict[str, Any]:
     """The map from combined coverage data with contexts and the files of coverage's JSON report of it
     (``branch_coverage.report_files``: path, path under the package, entry), whose function regions give
-    each function's lines."""
+    each function's lines. Beside the functions, where the run was recorded per item, it keeps the block
+    header lines each unit ran (``lines``: ``file:line``), which narrow a change inside a function to the
+    units that entered its block (``changed_lines``)."""
     data = coverage.CoverageData(basename=str(data_file))
     data.read()
     names: list[str] = []
     index: dict[str, int] = {}
     by_context: dict[str, set[int]] = {}
+    lines: list[str] = []
+    lines_by_context: dict[str, set[int]] = {}
     for path, relative, entry in files:
         by_line = data.contexts_by_lineno(str(path))
         for function, part in (entry.get("functions") or {}).items():
@@ -87,24 +91,48 @@ def build(data_file: Path, files: Iterable[tuple[Path, str, dict[str, Any]]]) ->
                 names.append(key)
             for context in contexts:
                 by_context.setdefault(context or "", set()).add(position)
-    groups: dict[str, set[int]] = {}
-    for context, found in by_context.items():
-        groups.setdefault(stage_contexts.group_of_context(context), set()).update(found)
-    outside = sorted(groups.pop("", set()))
-    first = [g for g in first_groups(data_file.parent) if g in groups]
-    later = set().union(*(found for group, found in groups.items() if group not in first))
-    first_only = sorted(set().union(*(groups[g] for g in first)) - later) if first else []
-    built = {
-        "functions": names,
-        "outside_items": outside,
-        "first_groups": first,
-        "first_only": first_only,
-        "groups": {group: sorted(found) for group, found in sorted(groups.items())},
-    }
+        for line in changed_lines.block_headers(path.read_text()) if by_line else []:
+            if by_line.get(line):
+                for context in by_line[line]:
+                    lines_by_context.setdefault(context or "", set()).add(len(lines))
+                lines.append(f"{relative}:{line}")
+    built = {"functions": names, **_one_time(by_context, data_file.parent)}
+    built["groups"] = {group: sorted(found) for group, found in sorted(_by_group(by_context).items()) if group}
     recorded = stage_contexts.read(data_file.parent)
     if recorded is not None:
         built |= _per_item(by_context, *recorded)
+        _add_lines(built, lines, _per_item(lines_by_context, *recorded))
+        one_time = _one_time(lines_by_context, data_file.parent)
+        built |= {"lines_outside_items": one_time["outside_items"], "lines_first_only": one_time["first_only"]}
     return built
+
+
+def _add_lines(built: dict[str, Any], lines: list[str], per_line: dict[str, Any]) -> None:
+    """Beside each stage's functions its header lines, and after each check's own functions and stage
+    positions its own lines (the stages are the same: both come from the same recorded asks)."""
+    built["lines"] = lines
+    for group, table in built["stages"].items():
+        table["lines"] = per_line["stages"][group]["functions"]
+    for group, by_check in built["checks"].items():
+        for check, entry in by_check.items():
+            entry.append(per_line["checks"][group][check][0])
+
+
+def _by_group(by_context: dict[str, set[int]]) -> dict[str, set[int]]:
+    groups: dict[str, set[int]] = {}
+    for context, found in by_context.items():
+        groups.setdefault(stage_contexts.group_of_context(context), set()).update(found)
+    return groups
+
+
+def _one_time(by_context: dict[str, set[int]], data_dir: Path) -> dict[str, Any]:
+    """What ran outside every item, and what only the processes' first groups ran."""
+    groups = _by_group(by_context)
+    outside = sorted(groups.pop("", set()))
+    first = [g for g in first_groups(data_dir) if g in groups]
+    later = set().union(*(found for group, found in groups.items() if group not in first))
+    first_only = sorted(set().union(*(groups[g] for g in first)) - later) if first else []
+    return {"outside_items": outside, "first_groups": first, "first_only": first_only}
 
 
 def _per_item(
@@ -127,18 +155,20 @@ def _per_item(
     return {"stages": stages, "checks": checks}
 
 
-def item_reach(item_map: dict[str, Any]) -> dict[str, set[int]] | None:
-    """Per item node id, every function index its verdict depends on: what it ran and what computing
-    the stages it reads ran; None for a map recorded per group only."""
-    if "checks" not in item_map:
+def item_reach(item_map: dict[str, Any], part: str = "functions") -> dict[str, set[int]] | None:
+    """Per item node id, every function index its verdict depends on (``part="lines"``: every header
+    line index): what it ran and what computing the stages it reads ran; None for a map recorded per
+    group only, or without lines when they are asked for."""
+    if "checks" not in item_map or (part == "lines" and "lines" not in item_map):
         return None
+    own_at = 0 if part == "functions" else 2
     reach: dict[str, set[int]] = {}
     for group, by_check in item_map["checks"].items():
-        table = item_map["stages"].get(group, {"functions": []})
-        for check, (own, positions) in by_check.items():
-            found = set(own)
-            for position in positions:
-                found.update(table["functions"][position])
+        table = item_map["stages"].get(group, {part: []})
+        for check, entry in by_check.items():
+            found = set(entry[own_at])
+            for position in entry[1]:
+                found.update(table[part][position])
             reach[f"{group}::{check}"] = found
     return reach
 
@@ -167,7 +197,8 @@ def _indices(text: str | list[int]) -> list[int]:
     return found
 
 
-_INDEXED = ("outside_items", "first_only")
+_INDEXED = ("outside_items", "first_only", "lines_outside_items", "lines_first_only")
+_STAGE_PARTS = ("functions", "lines")
 
 
 def write(item_map: dict[str, Any], path: Path, identity: dict[str, Any]) -> int:
@@ -175,14 +206,15 @@ def write(item_map: dict[str, Any], path: Path, identity: dict[str, Any]) -> int
     its size in bytes."""
     document = {"tico": identity, **item_map}
     document["groups"] = {group: _ranges(found) for group, found in item_map["groups"].items()}
-    document |= {key: _ranges(item_map.get(key, [])) for key in _INDEXED}
+    document |= {key: _ranges(item_map[key]) for key in _INDEXED if key in item_map}
     if "checks" in item_map:
         document["stages"] = {
-            group: {"names": table["names"], "functions": [_ranges(f) for f in table["functions"]]}
+            group: {"names": table["names"]}
+            | {part: [_ranges(f) for f in table[part]] for part in _STAGE_PARTS if part in table}
             for group, table in item_map["stages"].items()
         }
         document["checks"] = {
-            group: {check: [_ranges(own), _ranges(positions)] for check, (own, positions) in by_check.items()}
+            group: {check: [_ranges(found) for found in entry] for check, entry in by_check.items()}
             for group, by_check in item_map["checks"].items()
         }
     data = json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
@@ -203,12 +235,15 @@ def load(path: Path) -> dict[str, Any]:
             raise FileNotFoundError(f"{path} is no item map (no {key!r})")
     try:
         document["groups"] = {group: _indices(found) for group, found in document["groups"].items()}
-        document |= {key: _indices(document.get(key, [])) for key in _INDEXED}
+        document |= {key: _indices(document[key]) for key in _INDEXED if key in document}
+        document.setdefault("first_only", [])
         for table in document.get("stages", {}).values():
-            table["functions"] = [_indices(found) for found in table["functions"]]
+            for part in _STAGE_PARTS:
+                if part in table:
+                    table[part] = [_indices(found) for found in table[part]]
         for by_check in document.get("checks", {}).values():
-            for check, (own, positions) in by_check.items():
-                by_check[check] = [_indices(own), _indices(positions)]
+            for check, entry in by_check.items():
+                by_check[check] = [_indices(found) for found in entry]
     except (ValueError, AttributeError, TypeError) as exc:
         raise FileNotFoundError(f"{path} is no item map (unreadable function indices: {exc})") from exc
     return document

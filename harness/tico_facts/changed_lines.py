@@ -1,0 +1,257 @@
+"""Narrowing a changed function to the blocks a run must enter to reach the change.
+
+A function every item calls (a pass's ``call``, ``QuantLinear.forward``) selects every item at function
+granularity, yet a change inside one branch of it reaches only the runs that take that branch. A line
+inside the block of an ``if``, ``elif``, ``for``, ``while`` or ``with`` runs only after that statement's
+header line ran, so the header is the change's *anchor*: a run that never ran any anchor in BASE runs
+BASE's and the head's code alike up to the end (the first line where they could part is a changed one,
+and reaching it needs its anchor, a line they share, to have run first). The anchor is looked for on both
+sides: a removed line's enclosing header in BASE; an added line's enclosing header in the head, which must
+be a line the diff leaves equal, mapped back to its BASE line. ``try``, ``except`` and ``match`` are passed
+through to the header above them; reaching the function's own body is no narrowing at all (None: the whole
+function). So is a change the anchors cannot bound:
+- a line of the ``def`` itself (decorators, signature, defaults);
+- a change of the function's scoping facts: a name made local, global or free, a ``yield`` added or
+  removed, which alters lines the diff did not touch;
+- a qualified name defined twice in the file (which body a line belongs to is ambiguous).
+An import statement that only adds names to a ``from m import ...`` that BASE already had at module level
+binds those names and nothing else; the lines that read them are then the change
+(``added_import_reads``). Selection narrows by anchors only where the map's tico file is BASE's, byte for
+byte (harness/tico_facts/change_selection.py), since anchors are BASE line numbers.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import symtable
+
+_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_ANONYMOUS = ("lambda", "listcomp", "setcomp", "dictcomp", "genexpr")
+
+
+class _Side:
+    """One side's parse: every function by qualified name, and each statement's parent."""
+
+    def __init__(self, source: str):
+        self.tree = ast.parse(source)
+        self.lines = source.splitlines()
+        self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+        self.parent: dict[ast.AST, ast.AST] = {}
+        self._index(self.tree, "")
+
+    def _index(self, node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            self.parent[child] = node
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.functions.setdefault(f"{prefix}{child.name}", []).append(child)
+                self._index(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                self._index(child, f"{prefix}{child.name}.")
+            else:
+                self._index(child, prefix)
+
+    def innermost_statement(self, function: ast.AST, line: int) -> ast.stmt | None:
+        """The innermost statement of ``function``'s body (its own nested functions excluded) that spans
+        ``line``; None where only the function itself does."""
+        found: ast.stmt | None = None
+        frontier = list(function.body)  # type: ignore[attr-defined]
+        while frontier:
+            node = frontier.pop()
+            if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
+                found = node
+                frontier = [c for c in ast.iter_child_nodes(node) if isinstance(c, (ast.stmt, ast.excepthandler))]
+                frontier += [s for c in ast.iter_child_nodes(node) if isinstance(c, ast.match_case) for s in c.body]
+            elif isinstance(node, ast.excepthandler) and node.lineno <= line <= (node.end_lineno or node.lineno):
+                frontier = list(node.body)
+        return found
+
+    def is_code(self, line: int) -> bool:
+        text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        return bool(text) and not text.startswith("#")
+
+
+def _scoping(source: str) -> dict[str, list[dict[str, tuple[bool, ...]]]]:
+    """Per qualified function name, for each definition of it: how each name is bound there."""
+    facts: dict[str, list[dict[str, tuple[bool, ...]]]] = {}
+
+    def visit(table: symtable.SymbolTable, prefix: str) -> None:
+        for child in table.get_children():
+            name = f"{prefix}{child.get_name()}"
+            if child.get_type() == "function" and child.get_name() not in _ANONYMOUS:
+                facts.setdefault(name, []).append({s.get_name(): _binding(s) for s in child.get_symbols()})
+            visit(child, f"{name}.")
+
+    visit(symtable.symtable(source, "<tico>", "exec"), "")
+    return facts
+
+
+def _constant_test(node: ast.AST) -> bool:
+    """An ``if``/``while`` the compiler may fold (``while True``, ``if __debug__``): its header line may
+    never be reported as run although its block runs, so it anchors nothing."""
+    test = getattr(node, "test", None)
+    return isinstance(test, ast.Constant) or (isinstance(test, ast.Name) and test.id == "__debug__")
+
+
+def _binding(symbol: symtable.Symbol) -> tuple[bool, ...]:
+    return symbol.is_local(), symbol.is_global(), symbol.is_declared_global(), symbol.is_nonlocal(), symbol.is_free()
+
+
+def _yields(function: ast.AST) -> bool:
+    frontier = list(ast.iter_child_nodes(function))
+    while frontier:
+        node = frontier.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(node, _SCOPES):
+            frontier.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _same_scoping(name: str, base: _Side, head: _Side, facts: tuple[dict, dict]) -> bool:
+    before, after = facts[0].get(name, []), facts[1].get(name, [])
+    if len(before) != 1 or len(after) != 1:
+        return False
+    if any(before[0][symbol] != after[0][symbol] for symbol in before[0].keys() & after[0].keys()):
+        return False
+    return _yields(base.functions[name][0]) == _yields(head.functions[name][0])
+
+
+class _Anchors:
+    """The anchors of one file's change, per function qualified name (None: the whole function)."""
+
+    def __init__(self, base: str, head: str):
+        self.base, self.head = _Side(base), _Side(head)
+        matcher = difflib.SequenceMatcher(None, self.base.lines, self.head.lines, autojunk=False)
+        self.equal: dict[int, int] = {}
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                self.equal.update({j + 1: i + 1 for i, j in zip(range(i1, i2), range(j1, j2))})
+        self.found: dict[str, set[int] | None] = {}
+
+    def add(self, side: _Side, name: str, line: int) -> None:
+        """Record the anchor of ``line`` (a line of ``side`` in function ``name``)."""
+        if name in self.found and self.found[name] is None:
+            return
+        anchor = self._anchor(side, name, line)
+        if anchor == 0:  # a blank or comment line between statements: nothing runs there
+            return
+        if anchor is None:
+            self.found[name] = None
+        else:
+            self.found.setdefault(name, set()).add(anchor)  # type: ignore[union-attr]
+
+    def _anchor(self, side: _Side, name: str, line: int) -> int | None:
+        defined = side.functions.get(name, [])
+        if len(defined) != 1:
+            return None
+        function = defined[0]
+        if line < function.body[0].lineno:  # decorators, signature, defaults
+            return None
+        statement = side.innermost_statement(function, line)
+        if statement is None:
+            return 0 if not side.is_code(line) else None
+        node = side.parent.get(statement)
+        while node is not None and node is not function:
+            if isinstance(node, _BLOCKS) and not _constant_test(node):
+                if side is self.base:
+                    return node.lineno
+                if node.lineno in self.equal:
+                    return self.equal[node.lineno]
+            node = side.parent.get(node)
+        return None
+
+    def result(self) -> dict[str, frozenset[int] | None]:
+        facts = (_scoping("\n".join(self.base.lines)), _scoping("\n".join(self.head.lines)))
+        return {
+            name: None if lines is None or not _same_scoping(name, self.base, self.head, facts) else frozenset(lines)
+            for name, lines in self.found.items()
+        }
+
+
+def anchors(
+    base: str, head: str, base_lines: dict[int, str], head_lines: dict[int, str]
+) -> dict[str, frozenset[int] | None]:
+    """Per function the lines touch (``base_lines``: BASE line -> its function's qualified name;
+    ``head_lines`` the same for the head), the BASE header lines that bound them; None for a function
+    they cannot narrow. A file either side cannot parse narrows nothing."""
+    try:
+        found = _Anchors(base, head)
+    except SyntaxError:
+        return {name: None for name in {*base_lines.values(), *head_lines.values()}}
+    for side, lines in ((found.base, base_lines), (found.head, head_lines)):
+        for line, name in sorted(lines.items()):
+            found.add(side, name, line)
+    return found.result()
+
+
+def added_import_reads(
+    base: str, head: str, module_lines: tuple[set[int], set[int]]
+) -> tuple[set[int], set[int]] | None:
+    """Where the module-level lines a change touches (BASE's, the head's) are all ``from m import ...``
+    statements that only add names, from modules BASE already imported so at module level: the lines
+    of function bodies that read an added name, in BASE and in the head. None where the module-level
+    change is anything else, or an added name is bound again or read outside every function body (the
+    module-level rule applies then)."""
+    try:
+        sides = ast.parse(base), ast.parse(head)
+    except SyntaxError:
+        return None
+    bound: list[dict[str, tuple]] = []
+    for tree, lines in zip(sides, module_lines):
+        statements = [s for s in tree.body if any(_spans(s, line) for line in lines)]
+        if not all(isinstance(s, ast.ImportFrom) for s in statements):
+            return None
+        bound.append({(a.asname or a.name): (s.module, s.level, a.name) for s in statements for a in s.names})  # type: ignore[union-attr]
+    before, after = bound
+    if any(before.get(name) != after.get(name) for name in before):  # a name dropped or rebound
+        return None
+    added = after.keys() - before.keys()
+    imported = {(s.module, s.level) for s in sides[0].body if isinstance(s, ast.ImportFrom)}
+    if not {(module, level) for module, level, _ in after.values()} <= imported:
+        return None  # a module BASE did not import: importing it runs its body
+    reads: list[set[int]] = []
+    for tree, lines in zip(sides, module_lines):
+        inside: set[int] = set()
+        for statement in tree.body:
+            if any(_spans(statement, line) for line in lines):
+                continue  # the imports themselves
+            bodies = [n for n in ast.walk(statement) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            in_bodies = {id(n) for f in bodies for part in f.body for n in ast.walk(part)}
+            for node in ast.walk(statement):
+                if _binds(node, added):
+                    return None
+                if isinstance(node, ast.Name) and node.id in added:
+                    if id(node) not in in_bodies:
+                        return None  # read with the module: a default, a decorator, a class body
+                    inside.add(node.lineno)
+        reads.append(inside)
+    return reads[0], reads[1]
+
+
+def _spans(statement: ast.stmt, line: int) -> bool:
+    return statement.lineno <= line <= (statement.end_lineno or statement.lineno)
+
+
+def _binds(node: ast.AST, names: set[str]) -> bool:
+    """Whether ``node`` binds one of ``names`` (at any scope: a binding in a function may be global)."""
+    if isinstance(node, ast.Name):
+        return node.id in names and isinstance(node.ctx, (ast.Store, ast.Del))
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name in names
+    if isinstance(node, ast.alias):
+        return (node.asname or node.name).split(".")[0] in names
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return bool(set(node.names) & names)
+    return False
+
+
+def block_headers(source: str) -> list[int]:
+    """The header line of every ``if``, ``elif``, ``for``, ``while`` and ``with`` in ``source``: the lines
+    whose runs a per-item map records, so that a change can be narrowed to its anchors."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return sorted({node.lineno for node in ast.walk(tree) if isinstance(node, _BLOCKS)})

@@ -1,0 +1,138 @@
+"""A change inside a function narrowed to the block headers a run must have run to reach it: each rule on
+a source whose answer is known, every change the anchors cannot bound left whole, and the narrowing
+checked against what really runs (the anchors a run never ran leave its behaviour alone)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import types
+
+from harness.tico_facts.changed_functions import FUNCTION, MODULE, Change, file_changes
+from harness.tico_facts.changed_lines import block_headers
+
+BASE = textwrap.dedent(
+    """\
+    from m.mapping import extract_shape
+    import torch
+
+
+    class Decompose:
+        def call(self, nodes, beta):
+            out = []
+            for node in nodes:
+                if node < 0:
+                    continue
+                if beta == 1:
+                    out.append(node)
+                elif beta == 0:
+                    out.append(extract_shape(node))
+                else:
+                    out.append(node * beta)
+            return out
+
+        def other(self, x):
+            return x
+    """
+)
+CALL = "Decompose.call"
+ELIF_LINE = 13  # ``elif beta == 0:``
+FOR_LINE = 8
+
+
+def _lines(head: str, name: str = CALL) -> frozenset[int] | None:
+    found = {c.name: c for c in file_changes("m.py", BASE, head) if c.kind == FUNCTION}
+    return found[name].lines
+
+
+def test_a_change_in_one_branch_narrows_to_that_branch_s_header():
+    head = BASE.replace("out.append(extract_shape(node))", "out.append(extract_shape(node) + 0)")
+    assert _lines(head) == {ELIF_LINE}
+    # a statement added to the branch: its header in the head is a line the diff leaves equal
+    appended = "out.append(extract_shape(node))\n"
+    added = BASE.replace(appended, f"{appended}                out.sort()\n")
+    assert _lines(added) == {ELIF_LINE}
+    # an else added to the first if: the else line is part of that if (the loop's header bounds it), its
+    # body lies in the if's block
+    orelse = BASE.replace("continue\n", "continue\n            else:\n                pass\n")
+    assert _lines(orelse) == {FOR_LINE, 9}
+
+
+def test_a_change_the_headers_cannot_bound_is_the_whole_function():
+    # a line moved out of its block: in the head it sits in the loop's body, so the loop's header bounds it
+    moved_out = "                pass\n            out.append(node)\n"
+    dedented = BASE.replace("                out.append(node * beta)\n", moved_out)
+    assert _lines(dedented) == {FOR_LINE, ELIF_LINE}
+    # an ``if True`` the compiler folds has no header line that runs: the loop above it bounds the change
+    constant = BASE.replace("if node < 0:", "if True:")
+    (changed,) = file_changes("m.py", constant, constant.replace("continue", "break"))
+    assert changed.lines == {FOR_LINE}
+    # straight in the function's body, no header precedes it
+    assert _lines(BASE.replace("out = []", "out = [0]")) is None
+    assert _lines(BASE.replace("return out", "return out[::-1]")) is None
+    # the def line itself, and a decorator
+    assert _lines(BASE.replace("def call(self, nodes, beta):", "def call(self, nodes, beta=1):")) is None
+    assert _lines(BASE.replace("    def call(", "    @staticmethod\n    def call(")) is None
+
+
+def test_a_change_of_scoping_is_the_whole_function_though_it_sits_in_one_branch():
+    # ``torch`` made local by a store no run reaches: every other read of it would fail
+    local = BASE.replace("out.append(node * beta)", "torch = None\n                    out.append(node * beta)")
+    local = local.replace("out = []", "out = [torch]")
+    local_base = BASE.replace("out = []", "out = [torch]")
+    found = {c.name: c for c in file_changes("m.py", local_base, local)}
+    assert found[CALL].lines is None
+    generator = BASE.replace("out.append(node * beta)", "yield node")
+    assert _lines(generator) is None
+
+
+def test_blank_and_comment_lines_inside_a_function_change_nothing():
+    assert _lines(BASE.replace("        return out\n", "\n        # done\n        return out\n")) == frozenset()
+
+
+def test_an_added_import_name_is_judged_by_the_lines_that_read_it():
+    head = BASE.replace("import extract_shape", "import extract_shape, extract_dtype")
+    head = head.replace("out.append(extract_shape(node))", "out.append(extract_shape(node, extract_dtype(node)))")
+    assert file_changes("m.py", BASE, head) == {Change("m.py", FUNCTION, CALL)}
+    assert _lines(head) == {ELIF_LINE}
+    # anything else at module level stays a module-level change
+    dropped = BASE.replace("import extract_shape", "import extract_dtype")
+    fresh_module = BASE.replace("import torch\n", "import torch\nfrom m.other import helper\n")
+    read_with_module = head + "DEFAULT = extract_dtype\n"
+    for changed in (dropped, fresh_module, read_with_module):
+        assert Change("m.py", MODULE) in file_changes("m.py", BASE, changed)
+
+
+def _run(source: str, calls: list[tuple]) -> tuple[list, set[int]]:
+    """Run ``Decompose.call`` on ``calls`` under a line tracer; its results and the lines it ran."""
+    module = types.ModuleType("m_under_test")
+    module.extract_shape = lambda node: ("shape", node)  # type: ignore[attr-defined]
+    code = compile(source.replace("from m.mapping import extract_shape\n", ""), "<m>", "exec")
+    ran: set[int] = set()
+
+    def trace(frame, event, arg):
+        if frame.f_code.co_filename == "<m>" and event == "line":
+            ran.add(frame.f_lineno + 1)  # the import line removed above
+        return trace
+
+    exec(code, module.__dict__)
+    sys.settrace(trace)
+    try:
+        results = [module.Decompose().call(*args) for args in calls]
+    finally:
+        sys.settrace(None)
+    return results, ran
+
+
+def test_a_run_that_never_ran_the_anchor_behaves_alike_on_both_sides():
+    head = BASE.replace("out.append(extract_shape(node))", "out.append(extract_shape(-node))")
+    (anchor,) = _lines(head)
+    assert anchor in block_headers(BASE)
+    for calls in ([([1, 2], 1)], [([1, -2], 2)], [([-1], 0)], [([3], 0)]):
+        before, ran = _run(BASE, calls)
+        after, _ = _run(head, calls)
+        if anchor not in ran:
+            assert before == after, calls
+    # the one run that reaches the change is the one that ran the anchor
+    reaching = [([3], 0)]
+    assert _run(BASE, reaching)[0] != _run(head, reaching)[0] and anchor in _run(BASE, reaching)[1]
