@@ -82,9 +82,9 @@ def test_a_map_recorded_per_item_selects_the_items_whose_stages_or_own_code_ran_
     }
 
 
-# The same map with block header lines: QuantLinear.forward's ``if self.bias`` header (line 40) ran in
-# circle_structure's own code only; its ``for`` header (line 30) under the quantized stage; line 50 only
-# outside every item.
+# The same map with anchors: the first statement of one of QuantLinear.forward's blocks (line 40) ran in
+# circle_structure's own code only, another's (line 30) under the quantized stage, line 50 only outside
+# every item.
 WITH_LINES = PER_ITEM | {
     "tico": {"files": {LINEAR: "aaaa", "utils/convert.py": "bbbb"}},
     "lines": [f"{LINEAR}:30", f"{LINEAR}:40", f"{LINEAR}:50"],
@@ -104,7 +104,7 @@ WITH_LINES = PER_ITEM | {
 SAME_BASE = {LINEAR: "aaaa", "utils/convert.py": "bbbb"}
 
 
-def test_a_change_inside_blocks_selects_the_items_that_ran_their_headers_where_the_map_s_file_is_base_s():
+def test_a_change_inside_blocks_selects_the_items_that_entered_them_where_the_map_s_file_is_base_s():
     def forward(lines):
         return Change(LINEAR, FUNCTION, "QuantLinear.forward", frozenset(lines))
 
@@ -113,12 +113,12 @@ def test_a_change_inside_blocks_selects_the_items_that_ran_their_headers_where_t
     assert [str(r) for r in inside_if.reasons] == [
         f"{LINEAR}::QuantLinear.forward, inside the blocks at line(s) 40 -> 1 item(s)"
     ]
-    # a header run under a stage reaches every item reading that stage
+    # an anchor run under a stage reaches every item reading that stage
     assert select([forward({30})], WITH_LINES, SAME_BASE).units == {
         "nn_linear[tiny]::quant_accuracy",
         "nn_linear[tiny]::circle_structure",
     }
-    assert select([forward({60})], WITH_LINES, SAME_BASE).units == set()  # a header no item ran
+    assert select([forward({60})], WITH_LINES, SAME_BASE).units == set()  # an anchor no item ran
     assert select([forward(set())], WITH_LINES, SAME_BASE).units == set()  # only code beside it changed
     assert select([forward({50})], WITH_LINES, SAME_BASE).everything  # run outside every item
     # not narrowed: the file differs from the map's, no BASE hashes, a map without lines, no anchors

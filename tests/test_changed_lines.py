@@ -1,6 +1,7 @@
-"""A change inside a function narrowed to the block headers a run must have run to reach it: each rule on
-a source whose answer is known, every change the anchors cannot bound left whole, and the narrowing
-checked against what really runs (the anchors a run never ran leave its behaviour alone)."""
+"""A change inside a function narrowed to the anchors a run must have run to reach it (the first statements
+of the blocks holding it): each rule on a source whose answer is known, every change the anchors cannot
+bound left whole, and the narrowing checked against what really runs (a run that never ran the anchors
+behaves alike on both sides)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import textwrap
 import types
 
 from harness.tico_facts.changed_functions import FUNCTION, MODULE, Change, file_changes
-from harness.tico_facts.changed_lines import block_headers
+from harness.tico_facts.changed_lines import anchor_spans
 
 BASE = textwrap.dedent(
     """\
@@ -36,8 +37,10 @@ BASE = textwrap.dedent(
     """
 )
 CALL = "Decompose.call"
-ELIF_LINE = 13  # ``elif beta == 0:``
-FOR_LINE = 8
+FIRST_IN_LOOP = 9  # ``if node < 0:``, the loop body's first statement
+ELIF = 13  # ``elif beta == 0:``, the first statement of the first if's else
+ELIF_BODY = 14  # ``out.append(extract_shape(node))``
+ELSE_BODY = 16  # ``out.append(node * beta)``, the first statement of the elif's else
 
 
 def _lines(head: str, name: str = CALL) -> frozenset[int] | None:
@@ -45,29 +48,34 @@ def _lines(head: str, name: str = CALL) -> frozenset[int] | None:
     return found[name].lines
 
 
-def test_a_change_in_one_branch_narrows_to_that_branch_s_header():
+def test_a_change_in_one_branch_narrows_to_that_branch_s_first_statement():
     head = BASE.replace("out.append(extract_shape(node))", "out.append(extract_shape(node) + 0)")
-    assert _lines(head) == {ELIF_LINE}
-    # a statement added to the branch: its header in the head is a line the diff leaves equal
+    assert _lines(head) == {ELIF_BODY}
+    # a statement added to the branch: its block's first statement is a line the diff leaves equal
     appended = "out.append(extract_shape(node))\n"
     added = BASE.replace(appended, f"{appended}                out.sort()\n")
-    assert _lines(added) == {ELIF_LINE}
-    # an else added to the first if: the else line is part of that if (the loop's header bounds it), its
-    # body lies in the if's block
+    assert _lines(added) == {ELIF_BODY}
+    # an else added to the first if: the else line is part of that if, its body only a pass; both are
+    # bounded by the block holding that if, the loop's body
     orelse = BASE.replace("continue\n", "continue\n            else:\n                pass\n")
-    assert _lines(orelse) == {FOR_LINE, 9}
+    assert _lines(orelse) == {FIRST_IN_LOOP}
 
 
-def test_a_change_the_headers_cannot_bound_is_the_whole_function():
-    # a line moved out of its block: in the head it sits in the loop's body, so the loop's header bounds it
+def test_a_change_the_anchors_cannot_bound_widens_to_the_enclosing_block_or_the_whole_function():
+    # a line moved out of its block: the else keeps only a pass (bounded by BASE's first statement of that
+    # else, found through the elif's unchanged line) and the moved line joins the loop's body
     moved_out = "                pass\n            out.append(node)\n"
     dedented = BASE.replace("                out.append(node * beta)\n", moved_out)
-    assert _lines(dedented) == {FOR_LINE, ELIF_LINE}
-    # an ``if True`` the compiler folds has no header line that runs: the loop above it bounds the change
+    assert _lines(dedented) == {ELSE_BODY, FIRST_IN_LOOP}
+    # a statement put first in a block: BASE's first statement of the same block bounds it
+    first = "                out.append(node)\n"
+    assert _lines(BASE.replace(first, "                out.sort()\n" + first)) == {12}
+    # an ``if True`` the compiler folds may run no code of its own, nor does ``continue`` surely report a
+    # line: nothing in the loop anchors, and the loop sits in the function's body
     constant = BASE.replace("if node < 0:", "if True:")
     (changed,) = file_changes("m.py", constant, constant.replace("continue", "break"))
-    assert changed.lines == {FOR_LINE}
-    # straight in the function's body, no header precedes it
+    assert changed.lines is None
+    # straight in the function's body
     assert _lines(BASE.replace("out = []", "out = [0]")) is None
     assert _lines(BASE.replace("return out", "return out[::-1]")) is None
     # the def line itself, and a decorator
@@ -94,7 +102,7 @@ def test_an_added_import_name_is_judged_by_the_lines_that_read_it():
     head = BASE.replace("import extract_shape", "import extract_shape, extract_dtype")
     head = head.replace("out.append(extract_shape(node))", "out.append(extract_shape(node, extract_dtype(node)))")
     assert file_changes("m.py", BASE, head) == {Change("m.py", FUNCTION, CALL)}
-    assert _lines(head) == {ELIF_LINE}
+    assert _lines(head) == {ELIF_BODY}
     # anything else at module level stays a module-level change
     dropped = BASE.replace("import extract_shape", "import extract_dtype")
     fresh_module = BASE.replace("import torch\n", "import torch\nfrom m.other import helper\n")
@@ -127,7 +135,7 @@ def _run(source: str, calls: list[tuple]) -> tuple[list, set[int]]:
 def test_a_run_that_never_ran_the_anchor_behaves_alike_on_both_sides():
     head = BASE.replace("out.append(extract_shape(node))", "out.append(extract_shape(-node))")
     (anchor,) = _lines(head)
-    assert anchor in block_headers(BASE)
+    assert anchor in anchor_spans(BASE)
     for calls in ([([1, 2], 1)], [([1, -2], 2)], [([-1], 0)], [([3], 0)]):
         before, ran = _run(BASE, calls)
         after, _ = _run(head, calls)

@@ -25,6 +25,8 @@ LINEAR_GROUPS = [
     "cases/nn.py::nn_linear[tiny,policy=int16]",
 ]
 LAYERNORM_GROUP = "cases/nn.py::nn_layernorm[tiny]"
+LLAMA_ATTENTION = "quantization/wrapq/wrappers/llama/quant_attention.py"
+BOOL_MASK_GROUP = "cases/llama.py::llama_attention_prefill[tiny,mask=bool]"
 # the collection: two cases' groups, the linear case's other variants never measured by this map
 SELECTION = ["cases/nn.py", "-k", "nn_linear or nn_layernorm"]
 
@@ -205,3 +207,27 @@ def test_a_run_says_how_far_the_map_s_tico_is_from_base_and_the_map_round_trips(
     }
     said = "\n".join(describe(record))
     assert "the map's tico differs from BASE in 2 Python file(s)" in said and "a.py::f -> 3 items" in said
+
+
+def test_a_change_in_a_branch_few_items_take_selects_them_and_every_item_it_turns_red(tmp_path):
+    """The line rule end to end on a real branch: the padding-mask branch of QuantLlamaAttention's mask
+    builder, which only llama_attention_prefill's ``mask=bool`` variant takes, stops adding the causal
+    mask. By lines the change selects that variant's items; by function, every item of every case whose
+    attention builds a mask. Run on that variant and the plain one, every item it turns red is selected."""
+    from harness.run.select_changed import DEFAULT_MAP
+    from harness.tico_facts import change_selection, changed_functions, item_map
+    from tests.tico_tree import run_harness
+
+    tree = copy_tico(tmp_path, "causal_dropped")
+    mask = "            mask = torch.clamp(causal_mask + additive, min=fill_val)\n"
+    edit(tree, LLAMA_ATTENTION, mask, mask.replace("causal_mask + additive", "additive"))
+    committed = item_map.load(REPO / DEFAULT_MAP)
+    changes = changed_functions.changes(installed_tico(), tree / "tico")
+    by_lines = change_selection.select(changes, committed, item_map.source_files(installed_tico()))
+    by_function = change_selection.select(changes, committed)
+    assert by_lines.units and len(by_lines.units) * 10 < len(by_function.units), [str(r) for r in by_lines.reasons]
+    assert {item_map.group_of(unit) for unit in by_lines.units} == {BOOL_MASK_GROUP}
+    code, results, output = run_harness(tree, tmp_path, BOOL_MASK_GROUP, BOOL_MASK_GROUP.replace(",mask=bool", ""))
+    red = {r["nodeid"] for r in results["results"] if r["outcome"] in ("failed", "error")}
+    assert code == 1 and red, output[-3000:]
+    assert red <= by_lines.units, sorted(red - by_lines.units)

@@ -5,8 +5,8 @@ A unit is an item where the map records items (what it ran and what the stages i
 stated with the units it selects (``Selection.reasons``):
 - a function some unit reaches: those units; where the change lies inside blocks of it (``Change.lines``),
   the map records lines per item and the map's tico file is BASE's byte for byte, the units that ran one
-  of those blocks' header lines (every unit where one ran only at first use or outside every item; none
-  where no unit ran one);
+  of its anchors, the first statements of those blocks (every unit where one ran only at first use or
+  outside every item; none where no unit ran one);
 - a function only the processes' first groups ran, or one run outside every item (one-time work:
   module bodies, a lazily filled registry): every unit;
 - a function of a file units reach, that the map has never seen (new or renamed): the units that

@@ -33,9 +33,9 @@ _IGNORED_PARTS = ("__pycache__",)
 @dataclass(frozen=True, order=True)
 class Change:
     """One thing a change touches: ``file`` relative to the tico package; ``name`` the function's
-    qualified name for a FUNCTION change, "" otherwise; ``lines`` the BASE header lines a run must have
-    run to reach the change (``changed_lines``), None where they cannot narrow it (the whole function),
-    empty where no line of the function changed (only code beside it)."""
+    qualified name for a FUNCTION change, "" otherwise; ``lines`` the BASE anchors (the first statements
+    of the blocks holding the change) a run must have run to reach it (``changed_lines``), None where
+    they cannot narrow it (the whole function), empty where no line of the function changed."""
 
     file: str
     kind: str

@@ -1,21 +1,26 @@
 """Narrowing a changed function to the blocks a run must enter to reach the change.
 
 A function every item calls (a pass's ``call``, ``QuantLinear.forward``) selects every item at function
-granularity, yet a change inside one branch of it reaches only the runs that take that branch. A line
-inside the block of an ``if``, ``elif``, ``for``, ``while`` or ``with`` runs only after that statement's
-header line ran, so the header is the change's *anchor*: a run that never ran any anchor in BASE runs
-BASE's and the head's code alike up to the end (the first line where they could part is a changed one,
-and reaching it needs its anchor, a line they share, to have run first). The anchor is looked for on both
-sides: a removed line's enclosing header in BASE; an added line's enclosing header in the head, which must
-be a line the diff leaves equal, mapped back to its BASE line. ``try``, ``except`` and ``match`` are passed
-through to the header above them; reaching the function's own body is no narrowing at all (None: the whole
-function). So is a change the anchors cannot bound:
+granularity, yet a change inside one branch of it reaches only the runs that enter that branch. A block
+(the body of an ``if``, its ``else``, a loop's body, a ``with``'s, a ``try``'s or a handler's) is entered
+through its first statement, so that statement is the change's *anchor*: a run that never ran any anchor in
+BASE runs BASE's and the head's code alike to the end (the first line where they could part is a changed
+one, and reaching it needs its anchor, a statement they share, to have run first). The anchor is looked for
+on both sides: for a removed line, the first statement of its block in BASE; for an added line, the first
+statement of the same block in BASE, found through the block's parent statement, whose first line the diff
+must leave equal. Where a block's first statement is not one whose run is sure to be recorded (a ``def``,
+``global``, ``pass``, a bare constant, a folded ``while True``), or no such parent is found, the enclosing
+block is tried instead; a change in the function's own body is no narrowing at all (None: the whole
+function).
+So is a change the anchors cannot bound:
 - a line of the ``def`` itself (decorators, signature, defaults);
 - a change of the function's scoping facts: a name made local, global or free, a ``yield`` added or
   removed, which alters lines the diff did not touch;
 - a qualified name defined twice in the file (which body a line belongs to is ambiguous).
-An import statement that only adds names to a ``from m import ...`` that BASE already had at module level
-binds those names and nothing else; the lines that read them are then the change
+A run of an anchor is recorded as a run of any line of its header (a statement's lines; a compound
+statement's lines before its body), since Python reports a multi-line statement under any of its lines
+(``anchor_spans``). An import statement that only adds names to a ``from m import ...`` that BASE already
+had at module level binds those names and nothing else; the lines that read them are then the change
 (``added_import_reads``). Selection narrows by anchors only where the map's tico file is BASE's, byte for
 byte (harness/tico_facts/change_selection.py), since anchors are BASE line numbers.
 """
@@ -26,7 +31,12 @@ import ast
 import difflib
 import symtable
 
-_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)
+# Statements whose run always reports a line of their header: an anchor is one of these.
+_RECORDED = (
+    ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return, ast.Raise, ast.Delete,
+    ast.Import, ast.ImportFrom, ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith,
+)  # fmt: skip
+_BLOCK_FIELDS = ("body", "orelse", "finalbody")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _ANONYMOUS = ("lambda", "listcomp", "setcomp", "dictcomp", "genexpr")
 
@@ -87,11 +97,47 @@ def _scoping(source: str) -> dict[str, list[dict[str, tuple[bool, ...]]]]:
     return facts
 
 
-def _constant_test(node: ast.AST) -> bool:
-    """An ``if``/``while`` the compiler may fold (``while True``, ``if __debug__``): its header line may
-    never be reported as run although its block runs, so it anchors nothing."""
-    test = getattr(node, "test", None)
+def _first_run(block: list[ast.stmt]) -> ast.stmt | None:
+    """The statement that runs first whenever ``block`` is entered and whose run is recorded; None where
+    that is not sure (then the enclosing block anchors)."""
+    for statement in block:
+        if isinstance(statement, ast.Pass) or _constant(statement):
+            continue  # nothing runs there
+        if isinstance(statement, ast.Try):
+            return _first_run(statement.body)
+        if not isinstance(statement, _RECORDED) or _folded(statement):
+            return None
+        if isinstance(statement, ast.AnnAssign) and statement.value is None:
+            return None
+        return statement
+    return None
+
+
+def _constant(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+
+
+def _folded(statement: ast.stmt) -> bool:
+    """An ``if``/``while`` the compiler may fold (``while True``, ``if __debug__``): its header may run no
+    code of its own."""
+    test = getattr(statement, "test", None)
     return isinstance(test, ast.Constant) or (isinstance(test, ast.Name) and test.id == "__debug__")
+
+
+def _header_lines(statement: ast.stmt) -> range:
+    """The lines a run of ``statement`` reports one of: a compound statement's before its body."""
+    body = getattr(statement, "body", None)
+    last = body[0].lineno - 1 if isinstance(body, list) and body else statement.end_lineno or statement.lineno
+    return range(statement.lineno, max(statement.lineno, last) + 1)
+
+
+def _block_of(parent: ast.AST, statement: ast.AST) -> tuple[str, list[ast.stmt]] | None:
+    """Which block of ``parent`` holds ``statement``: its field and its statements."""
+    for field in _BLOCK_FIELDS:
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and any(s is statement for s in block):
+            return field, block
+    return None
 
 
 def _binding(symbol: symtable.Symbol) -> tuple[bool, ...]:
@@ -129,6 +175,10 @@ class _Anchors:
             if tag == "equal":
                 self.equal.update({j + 1: i + 1 for i, j in zip(range(i1, i2), range(j1, j2))})
         self.found: dict[str, set[int] | None] = {}
+        self.base_nodes: dict[int, list[ast.AST]] = {}
+        for node in ast.walk(self.base.tree):
+            if isinstance(node, (ast.stmt, ast.excepthandler)):
+                self.base_nodes.setdefault(node.lineno, []).append(node)
 
     def add(self, side: _Side, name: str, line: int) -> None:
         """Record the anchor of ``line`` (a line of ``side`` in function ``name``)."""
@@ -149,18 +199,29 @@ class _Anchors:
         function = defined[0]
         if line < function.body[0].lineno:  # decorators, signature, defaults
             return None
-        statement = side.innermost_statement(function, line)
+        statement: ast.AST | None = side.innermost_statement(function, line)
         if statement is None:
             return 0 if not side.is_code(line) else None
-        node = side.parent.get(statement)
-        while node is not None and node is not function:
-            if isinstance(node, _BLOCKS) and not _constant_test(node):
-                if side is self.base:
-                    return node.lineno
-                if node.lineno in self.equal:
-                    return self.equal[node.lineno]
-            node = side.parent.get(node)
+        while statement is not None and statement is not function:
+            parent = side.parent.get(statement)
+            held = _block_of(parent, statement) if parent is not None and parent is not function else None
+            if held is None:
+                return None
+            field, block = held
+            if side is not self.base:  # the same block in BASE, through its parent's unchanged first line
+                twin = self._base_twin(parent)  # type: ignore[arg-type]
+                block = getattr(twin, field, None) or [] if twin is not None else []
+            first = _first_run(block)
+            if first is not None:
+                return first.lineno
+            statement = parent if isinstance(parent, ast.stmt) else side.parent.get(parent)  # type: ignore[arg-type]
         return None
+
+    def _base_twin(self, node: ast.AST) -> ast.AST | None:
+        """BASE's node of ``node``'s kind starting on the line the diff maps ``node``'s first line to."""
+        line = self.equal.get(getattr(node, "lineno", -1))
+        found = [n for n in self.base_nodes.get(line, []) if type(n) is type(node)]  # type: ignore[arg-type]
+        return found[0] if len(found) == 1 else None
 
     def result(self) -> dict[str, frozenset[int] | None]:
         facts = (_scoping("\n".join(self.base.lines)), _scoping("\n".join(self.head.lines)))
@@ -174,7 +235,7 @@ def anchors(
     base: str, head: str, base_lines: dict[int, str], head_lines: dict[int, str]
 ) -> dict[str, frozenset[int] | None]:
     """Per function the lines touch (``base_lines``: BASE line -> its function's qualified name;
-    ``head_lines`` the same for the head), the BASE header lines that bound them; None for a function
+    ``head_lines`` the same for the head), the BASE anchors that bound them; None for a function
     they cannot narrow. A file either side cannot parse narrows nothing."""
     try:
         found = _Anchors(base, head)
@@ -247,11 +308,19 @@ def _binds(node: ast.AST, names: set[str]) -> bool:
     return False
 
 
-def block_headers(source: str) -> list[int]:
-    """The header line of every ``if``, ``elif``, ``for``, ``while`` and ``with`` in ``source``: the lines
-    whose runs a per-item map records, so that a change can be narrowed to its anchors."""
+def anchor_spans(source: str) -> dict[int, range]:
+    """Every statement of ``source`` that can anchor a change (the first recorded statement of a block),
+    by its first line, with the lines whose run counts as its run: what a per-item map records."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return []
-    return sorted({node.lineno for node in ast.walk(tree) if isinstance(node, _BLOCKS)})
+        return {}
+    found: dict[int, range] = {}
+    for node in ast.walk(tree):
+        for field in _BLOCK_FIELDS:
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                first = _first_run(block)
+                if first is not None:
+                    found[first.lineno] = _header_lines(first)
+    return found

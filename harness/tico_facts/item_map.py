@@ -69,9 +69,9 @@ def first_groups(data_dir: Path) -> list[str]:
 def build(data_file: Path, files: Iterable[tuple[Path, str, dict[str, Any]]]) -> dict[str, Any]:
     """The map from combined coverage data with contexts and the files of coverage's JSON report of it
     (``branch_coverage.report_files``: path, path under the package, entry), whose function regions give
-    each function's lines. Beside the functions, where the run was recorded per item, it keeps the block
-    header lines each unit ran (``lines``: ``file:line``), which narrow a change inside a function to the
-    units that entered its block (``changed_lines``)."""
+    each function's lines. Beside the functions, where the run was recorded per item, it keeps the anchors
+    each unit ran (``lines``: ``file:line``, a block's first statement), which narrow a change inside a
+    function to the units that entered its block (``changed_lines``)."""
     data = coverage.CoverageData(basename=str(data_file))
     data.read()
     names: list[str] = []
@@ -91,9 +91,10 @@ def build(data_file: Path, files: Iterable[tuple[Path, str, dict[str, Any]]]) ->
                 names.append(key)
             for context in contexts:
                 by_context.setdefault(context or "", set()).add(position)
-        for line in changed_lines.block_headers(path.read_text()) if by_line else []:
-            if by_line.get(line):
-                for context in by_line[line]:
+        for line, span in changed_lines.anchor_spans(path.read_text()).items() if by_line else []:
+            contexts = {c for run in span for c in by_line.get(run, [])}
+            if contexts:
+                for context in contexts:
                     lines_by_context.setdefault(context or "", set()).add(len(lines))
                 lines.append(f"{relative}:{line}")
     built = {"functions": names, **_one_time(by_context, data_file.parent)}
@@ -108,7 +109,7 @@ def build(data_file: Path, files: Iterable[tuple[Path, str, dict[str, Any]]]) ->
 
 
 def _add_lines(built: dict[str, Any], lines: list[str], per_line: dict[str, Any]) -> None:
-    """Beside each stage's functions its header lines, and after each check's own functions and stage
+    """Beside each stage's functions its anchors, and after each check's own functions and stage
     positions its own lines (the stages are the same: both come from the same recorded asks)."""
     built["lines"] = lines
     for group, table in built["stages"].items():
@@ -156,7 +157,7 @@ def _per_item(
 
 
 def item_reach(item_map: dict[str, Any], part: str = "functions") -> dict[str, set[int]] | None:
-    """Per item node id, every function index its verdict depends on (``part="lines"``: every header
+    """Per item node id, every function index its verdict depends on (``part="lines"``: every anchor
     line index): what it ran and what computing the stages it reads ran; None for a map recorded per
     group only, or without lines when they are asked for."""
     if "checks" not in item_map or (part == "lines" and "lines" not in item_map):
