@@ -83,6 +83,16 @@ def test_a_change_the_anchors_cannot_bound_widens_to_the_enclosing_block_or_the_
     assert _lines(BASE.replace("    def call(", "    @staticmethod\n    def call(")) is None
 
 
+def test_a_nested_def_s_defaults_change_the_function_that_runs_them():
+    inner = "        def inner(y=1):\n            return y\n\n        return inner()\n"
+    nested = BASE.replace("    def other(self, x):\n        return x\n", f"    def other(self, x):\n{inner}")
+    assert "def inner" in nested
+    changed = {c.name: c.lines for c in file_changes("m.py", nested, nested.replace("y=1", "y=2"))}
+    assert changed == {"Decompose.other.inner": None, "Decompose.other": None}
+    inside = {c.name: c.lines for c in file_changes("m.py", nested, nested.replace("return y\n", "return -y\n"))}
+    assert inside == {"Decompose.other.inner": None}  # the inner body: the inner function only
+
+
 def test_a_change_of_scoping_is_the_whole_function_though_it_sits_in_one_branch():
     # ``torch`` made local by a store no run reaches: every other read of it would fail
     local = BASE.replace("out.append(node * beta)", "torch = None\n                    out.append(node * beta)")

@@ -130,7 +130,7 @@ def file_changes(relative: str, base: str, head: str) -> set[Change]:
                         named.add(name)
                         inside[side][line] = name
     narrowed = changed_lines.anchors(base, head, *inside)
-    for name in named:
+    for name in named | narrowed.keys():
         touched.add(Change(relative, FUNCTION, name, narrowed.get(name, frozenset())))
     return touched
 

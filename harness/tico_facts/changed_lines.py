@@ -13,7 +13,8 @@ must leave equal. Where a block's first statement is not one whose run is sure t
 block is tried instead; a change in the function's own body is no narrowing at all (None: the whole
 function).
 So is a change the anchors cannot bound:
-- a line of the ``def`` itself (decorators, signature, defaults);
+- a line of the ``def`` itself (decorators, signature, defaults), and for a function defined inside another,
+  that other function too, which runs those lines;
 - a change of the function's scoping facts: a name made local, global or free, a ``yield`` added or
   removed, which alters lines the diff did not touch;
 - a qualified name defined twice in the file (which body a line belongs to is ambiguous).
@@ -48,19 +49,23 @@ class _Side:
         self.tree = ast.parse(source)
         self.lines = source.splitlines()
         self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+        self.enclosing: dict[str, str] = {}  # a function defined inside another: that function
         self.parent: dict[ast.AST, ast.AST] = {}
-        self._index(self.tree, "")
+        self._index(self.tree, "", None)
 
-    def _index(self, node: ast.AST, prefix: str) -> None:
+    def _index(self, node: ast.AST, prefix: str, outer: str | None) -> None:
         for child in ast.iter_child_nodes(node):
             self.parent[child] = node
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self.functions.setdefault(f"{prefix}{child.name}", []).append(child)
-                self._index(child, f"{prefix}{child.name}.")
+                name = f"{prefix}{child.name}"
+                self.functions.setdefault(name, []).append(child)
+                if outer is not None:
+                    self.enclosing[name] = outer
+                self._index(child, f"{name}.", name)
             elif isinstance(child, ast.ClassDef):
-                self._index(child, f"{prefix}{child.name}.")
+                self._index(child, f"{prefix}{child.name}.", outer)
             else:
-                self._index(child, prefix)
+                self._index(child, prefix, outer)
 
     def innermost_statement(self, function: ast.AST, line: int) -> ast.stmt | None:
         """The innermost statement of ``function``'s body (its own nested functions excluded) that spans
@@ -182,6 +187,9 @@ class _Anchors:
 
     def add(self, side: _Side, name: str, line: int) -> None:
         """Record the anchor of ``line`` (a line of ``side`` in function ``name``)."""
+        defined, outer = side.functions.get(name, []), side.enclosing.get(name)
+        if outer is not None and (len(defined) != 1 or line < defined[0].body[0].lineno):
+            self.found[outer] = None  # a nested def's decorators and defaults run in the function around it
         if name in self.found and self.found[name] is None:
             return
         anchor = self._anchor(side, name, line)
