@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.tico_facts import tico_sources
-from tests.tico_tree import copy_tico, edit, installed_tico
+from tests.tico_tree import copy_tico, edit, installed_tico, run_harness
 
 REPO = Path(__file__).resolve().parents[1]
 LINEAR = "quantization/wrapq/wrappers/nn/quant_linear.py"
@@ -216,7 +216,6 @@ def test_a_change_in_a_branch_few_items_take_selects_them_and_every_item_it_turn
     attention builds a mask. Run on that variant and the plain one, every item it turns red is selected."""
     from harness.run.select_changed import DEFAULT_MAP
     from harness.tico_facts import change_selection, changed_functions, item_map
-    from tests.tico_tree import run_harness
 
     tree = copy_tico(tmp_path, "causal_dropped")
     mask = "            mask = torch.clamp(causal_mask + additive, min=fill_val)\n"

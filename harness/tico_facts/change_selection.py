@@ -75,9 +75,7 @@ def units_of(item_map: dict[str, Any]) -> tuple[dict[str, set[int]], bool]:
 def _narrowable(item_map: dict[str, Any], base_files: dict[str, str] | None) -> set[str]:
     """The files whose changes may be narrowed to lines: the map's tico has them as BASE does."""
     measured = (item_map.get("tico") or {}).get("files") or {}
-    if base_files is None or item_map_reach(item_map, "lines") is None:
-        return set()
-    return {name for name, digest in base_files.items() if measured.get(name) == digest}
+    return {name for name, digest in (base_files or {}).items() if measured.get(name) == digest}
 
 
 def select(changes: list[Change], item_map: dict[str, Any], base_files: dict[str, str] | None = None) -> Selection:
@@ -85,8 +83,8 @@ def select(changes: list[Change], item_map: dict[str, Any], base_files: dict[str
     a change be narrowed to lines where the map's tico has the same file."""
     names: list[str] = item_map["functions"]
     runs, per_item = units_of(item_map)
-    narrowable = _narrowable(item_map, base_files)
-    line_runs = item_map_reach(item_map, "lines") or {}
+    line_runs = item_map_reach(item_map, "lines")
+    narrowable = _narrowable(item_map, base_files) if line_runs is not None else set()
     line_names: list[str] = item_map.get("lines", [])
     once = [*item_map.get("lines_outside_items", []), *item_map.get("lines_first_only", [])]
     one_time_lines = {line_names[i] for i in once}
@@ -130,7 +128,7 @@ def select(changes: list[Change], item_map: dict[str, Any], base_files: dict[str
                     everything(f"{where}: one-time work (first use in a process, or outside every item)")
                 else:
                     indices = {i for i, name in enumerate(line_names) if name in anchors}
-                    take({u for u, ran in line_runs.items() if ran & indices}, where)
+                    take({u for u, ran in (line_runs or {}).items() if ran & indices}, where)
             elif key in seen:
                 take(units_running(lambda f, k=key: f == k), key)
             elif any(in_file(f) for f in seen):

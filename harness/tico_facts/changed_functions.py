@@ -75,34 +75,31 @@ def _innermost(spans: list[tuple[str, int, int]], line: int) -> str | None:
     return min(holding)[1] if holding else None
 
 
-def _touched_lines(base: list[str], head: list[str]) -> tuple[set[int], set[int], set[int]]:
-    """1-based lines removed or replaced in ``base``, added or replaced in ``head``, and the base lines
-    on either side of a pure insertion (code added between two statements of a function changes that
-    function even when no base line changed)."""
+def _touched_lines(base: list[str], head: list[str]) -> tuple[set[int], set[int], set[int], dict[int, int]]:
+    """1-based lines removed or replaced in ``base``, added or replaced in ``head``, the base lines on
+    either side of a pure insertion (code added between two statements of a function changes that
+    function even when no base line changed), and each head line the diff leaves equal with its base line."""
     removed: set[int] = set()
     added: set[int] = set()
     beside: set[int] = set()
+    equal: dict[int, int] = {}
     matcher = difflib.SequenceMatcher(None, base, head, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
+            equal.update({j + 1: i + 1 for i, j in zip(range(i1, i2), range(j1, j2))})
             continue
         removed.update(range(i1 + 1, i2 + 1))
         added.update(range(j1 + 1, j2 + 1))
         if tag == "insert":
             beside.update(line for line in (i1, i1 + 1) if 1 <= line <= len(base))
-    return removed, added, beside
-
-
-def _is_code(lines: list[str], line: int) -> bool:
-    stripped = lines[line - 1].strip() if 0 < line <= len(lines) else ""
-    return bool(stripped) and not stripped.startswith("#")
+    return removed, added, beside, equal
 
 
 def file_changes(relative: str, base: str, head: str) -> set[Change]:
     """The functions a change of one Python file touches, and its module level where a changed line
     of code lies outside every function (a blank or comment line there changes nothing), unless that
     code only adds names to BASE's imports (then the functions reading them are the change)."""
-    removed, added, beside = _touched_lines(base.splitlines(), head.splitlines())
+    removed, added, beside, equal = _touched_lines(base.splitlines(), head.splitlines())
     named: set[str] = set()
     inside: tuple[dict[int, str], dict[int, str]] = ({}, {})
     module_lines: tuple[set[int], set[int]] = (set(), set())
@@ -115,7 +112,7 @@ def file_changes(relative: str, base: str, head: str) -> set[Change]:
                 named.add(name)
                 if line in lines:
                     inside[side][line] = name
-            elif line in lines and _is_code(text, line):
+            elif line in lines and changed_lines.is_code(text, line):
                 module_lines[side].add(line)
     touched: set[Change] = set()
     if any(module_lines):
@@ -129,7 +126,7 @@ def file_changes(relative: str, base: str, head: str) -> set[Change]:
                     if name is not None:
                         named.add(name)
                         inside[side][line] = name
-    narrowed = changed_lines.anchors(base, head, *inside)
+    narrowed = changed_lines.anchors(base, head, equal, *inside)
     for name in named | narrowed.keys():
         touched.add(Change(relative, FUNCTION, name, narrowed.get(name, frozenset())))
     return touched

@@ -29,7 +29,6 @@ byte (harness/tico_facts/change_selection.py), since anchors are BASE line numbe
 from __future__ import annotations
 
 import ast
-import difflib
 import symtable
 
 # Statements whose run always reports a line of their header: an anchor is one of these.
@@ -46,6 +45,7 @@ class _Side:
     """One side's parse: every function by qualified name, and each statement's parent."""
 
     def __init__(self, source: str):
+        self.source = source
         self.tree = ast.parse(source)
         self.lines = source.splitlines()
         self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
@@ -74,17 +74,13 @@ class _Side:
         frontier = list(function.body)  # type: ignore[attr-defined]
         while frontier:
             node = frontier.pop()
-            if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if isinstance(node, ast.stmt) and _spans(node, line):
                 found = node
                 frontier = [c for c in ast.iter_child_nodes(node) if isinstance(c, (ast.stmt, ast.excepthandler))]
                 frontier += [s for c in ast.iter_child_nodes(node) if isinstance(c, ast.match_case) for s in c.body]
-            elif isinstance(node, ast.excepthandler) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            elif isinstance(node, ast.excepthandler) and _spans(node, line):
                 frontier = list(node.body)
         return found
-
-    def is_code(self, line: int) -> bool:
-        text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
-        return bool(text) and not text.startswith("#")
 
 
 def _scoping(source: str) -> dict[str, list[dict[str, tuple[bool, ...]]]]:
@@ -172,13 +168,9 @@ def _same_scoping(name: str, base: _Side, head: _Side, facts: tuple[dict, dict])
 class _Anchors:
     """The anchors of one file's change, per function qualified name (None: the whole function)."""
 
-    def __init__(self, base: str, head: str):
+    def __init__(self, base: str, head: str, equal: dict[int, int]):
         self.base, self.head = _Side(base), _Side(head)
-        matcher = difflib.SequenceMatcher(None, self.base.lines, self.head.lines, autojunk=False)
-        self.equal: dict[int, int] = {}
-        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-            if tag == "equal":
-                self.equal.update({j + 1: i + 1 for i, j in zip(range(i1, i2), range(j1, j2))})
+        self.equal = equal
         self.found: dict[str, set[int] | None] = {}
         self.base_nodes: dict[int, list[ast.AST]] = {}
         for node in ast.walk(self.base.tree):
@@ -209,7 +201,7 @@ class _Anchors:
             return None
         statement: ast.AST | None = side.innermost_statement(function, line)
         if statement is None:
-            return 0 if not side.is_code(line) else None
+            return 0 if not is_code(side.lines, line) else None
         while statement is not None and statement is not function:
             parent = side.parent.get(statement)
             held = _block_of(parent, statement) if parent is not None and parent is not function else None
@@ -232,7 +224,7 @@ class _Anchors:
         return found[0] if len(found) == 1 else None
 
     def result(self) -> dict[str, frozenset[int] | None]:
-        facts = (_scoping("\n".join(self.base.lines)), _scoping("\n".join(self.head.lines)))
+        facts = (_scoping(self.base.source), _scoping(self.head.source))
         return {
             name: None if lines is None or not _same_scoping(name, self.base, self.head, facts) else frozenset(lines)
             for name, lines in self.found.items()
@@ -240,13 +232,14 @@ class _Anchors:
 
 
 def anchors(
-    base: str, head: str, base_lines: dict[int, str], head_lines: dict[int, str]
+    base: str, head: str, equal: dict[int, int], base_lines: dict[int, str], head_lines: dict[int, str]
 ) -> dict[str, frozenset[int] | None]:
     """Per function the lines touch (``base_lines``: BASE line -> its function's qualified name;
     ``head_lines`` the same for the head), the BASE anchors that bound them; None for a function
-    they cannot narrow. A file either side cannot parse narrows nothing."""
+    they cannot narrow. ``equal``: each head line the diff leaves equal, with its BASE line. A file
+    either side cannot parse narrows nothing."""
     try:
-        found = _Anchors(base, head)
+        found = _Anchors(base, head, equal)
     except SyntaxError:
         return {name: None for name in {*base_lines.values(), *head_lines.values()}}
     for side, lines in ((found.base, base_lines), (found.head, head_lines)):
@@ -299,8 +292,14 @@ def added_import_reads(
     return reads[0], reads[1]
 
 
-def _spans(statement: ast.stmt, line: int) -> bool:
+def _spans(statement: ast.stmt | ast.excepthandler, line: int) -> bool:
     return statement.lineno <= line <= (statement.end_lineno or statement.lineno)
+
+
+def is_code(lines: list[str], line: int) -> bool:
+    """Whether 1-based ``line`` of ``lines`` holds code (not blank, not only a comment)."""
+    stripped = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    return bool(stripped) and not stripped.startswith("#")
 
 
 def _binds(node: ast.AST, names: set[str]) -> bool:

@@ -97,13 +97,14 @@ def build(data_file: Path, files: Iterable[tuple[Path, str, dict[str, Any]]]) ->
                 for context in contexts:
                     lines_by_context.setdefault(context or "", set()).add(len(lines))
                 lines.append(f"{relative}:{line}")
-    built = {"functions": names, **_one_time(by_context, data_file.parent)}
+    first = first_groups(data_file.parent)
+    built = {"functions": names, **_one_time(by_context, first)}
     built["groups"] = {group: sorted(found) for group, found in sorted(_by_group(by_context).items()) if group}
     recorded = stage_contexts.read(data_file.parent)
     if recorded is not None:
         built |= _per_item(by_context, *recorded)
         _add_lines(built, lines, _per_item(lines_by_context, *recorded))
-        one_time = _one_time(lines_by_context, data_file.parent)
+        one_time = _one_time(lines_by_context, first)
         built |= {"lines_outside_items": one_time["outside_items"], "lines_first_only": one_time["first_only"]}
     return built
 
@@ -126,11 +127,11 @@ def _by_group(by_context: dict[str, set[int]]) -> dict[str, set[int]]:
     return groups
 
 
-def _one_time(by_context: dict[str, set[int]], data_dir: Path) -> dict[str, Any]:
+def _one_time(by_context: dict[str, set[int]], processes_first: list[str]) -> dict[str, Any]:
     """What ran outside every item, and what only the processes' first groups ran."""
     groups = _by_group(by_context)
     outside = sorted(groups.pop("", set()))
-    first = [g for g in first_groups(data_dir) if g in groups]
+    first = [g for g in processes_first if g in groups]
     later = set().union(*(found for group, found in groups.items() if group not in first))
     first_only = sorted(set().union(*(groups[g] for g in first)) - later) if first else []
     return {"outside_items": outside, "first_groups": first, "first_only": first_only}
