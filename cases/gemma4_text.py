@@ -39,9 +39,11 @@ from cases._gemma4_text_common import (
     sin_in_convention,
     text_config,
 )
+from cases._gemma4_text_model_calls import text_model_probes
 from cases._shared_diagnoses import CIRCLE_CHECKS, MASK_TEMPLATE_PER_LAYER, replaced_qparams
 from harness import (
     Built,
+    CallContractCapability,
     Case,
     CaseInputs,
     ExportCapability,
@@ -684,6 +686,7 @@ TEXT_MODEL = Case(
     },
     rotary=RotaryCapability(tables=_text_model_rotary),
     mask=MaskCapability(probes=_text_model_masks),
+    calls=CallContractCapability(probes=functools.partial(text_model_probes, seq=SEQ, sliding_window=SLIDING_WINDOW)),
     export=_TEXT_MODEL_EXPORT,
     expected_failures={
         "no_side_effects": MASK_TEMPLATE_PER_LAYER,

@@ -10,6 +10,8 @@ from harness.model.algorithm import AlgorithmCapability, AlgorithmRecord, Weight
 from harness.model.case import Case, CaseDefinitionError, ProfileLimits, first_tensor
 from harness.model.case_parts import (
     Built,
+    CallContractCapability,
+    CallProbe,
     CaseInputs,
     ExportCapability,
     LanguageModelCapability,
@@ -60,3 +62,4 @@ __all__ = [
 ]
 __all__ += ["AlgorithmCapability", "AlgorithmRecord", "WeightGrid", "capture_linear_inputs", "expect", "expect_on"]
 __all__ += ["gptq_quantizers_on_prepared", "inject_gptq_with_key_table"]
+__all__ += ["CallContractCapability", "CallProbe"]

@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 from harness.model.algorithm import AlgorithmCapability
 from harness.model.case_parts import (
     Built,
+    CallContractCapability,
     ExportCapability,
     LanguageModelCapability,
     MaskCapability,
@@ -123,6 +124,8 @@ class Case:
     export: ExportCapability | None = None
     rotary: RotaryCapability | None = None
     mask: MaskCapability | None = None
+    # calls beyond the samples: documented options matched against HF, contract-breaking inputs refused
+    calls: CallContractCapability | None = None
     # the output is language-model logits (switches on the model-level language-model metrics)
     language_model: LanguageModelCapability | None = None
     # the float module is a rotation algorithm's output (SpinQuant): the rotation_handoff check
@@ -208,6 +211,7 @@ class Case:
             ("export", ExportCapability),
             ("rotary", RotaryCapability),
             ("mask", MaskCapability),
+            ("calls", CallContractCapability),
             ("language_model", LanguageModelCapability),
         ):
             value = getattr(self, attr)

@@ -149,3 +149,37 @@ class RotationHandoffCapability:
     original: Callable[[Built], torch.nn.Module]
     to_original: Callable[[torch.Tensor, Built], torch.Tensor] | None = None
     claimed_sites: Callable[[str], bool] | None = None
+
+
+@dataclass(frozen=True)
+class CallProbe:
+    """One call of the wrapper outside the case's samples, the way a user may make it: an option
+    the wrapper documents (explicit ``position_ids``, ``return_dict=False``, another mask form) or
+    an input its contract rejects.
+
+    ``call(wrapper)`` makes the call on a private copy of the wrapper tree (``mode``: "noquant" or
+    "quant"). Exactly one of:
+    ``refusal``: a regex over ``"ExceptionType: first line of the message"``; the input breaks the
+    wrapper's contract and must be refused with that error, not accepted and not failed elsewhere;
+    ``reference(hf_module)``: the same request made of the Hugging Face module (a private copy);
+    the tensors ``pick`` takes from both answers must agree."""
+
+    label: str
+    call: Callable[[torch.nn.Module], Any]
+    refusal: str | None = None
+    reference: Callable[[torch.nn.Module], Any] | None = None
+    pick: Callable[[Any], list[torch.Tensor]] | None = None
+    mode: str = "noquant"
+
+    def __post_init__(self) -> None:
+        if (self.refusal is None) == (self.reference is None):
+            raise ValueError(f"call probe {self.label!r}: give exactly one of refusal and reference")
+        if self.mode not in ("noquant", "quant"):
+            raise ValueError(f"call probe {self.label!r}: mode must be 'noquant' or 'quant', got {self.mode!r}")
+
+
+@dataclass(frozen=True)
+class CallContractCapability:
+    """``probes(built)`` -> list of CallProbe: the call_contract check makes each call."""
+
+    probes: Callable[[Built], list[CallProbe]]
