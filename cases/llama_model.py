@@ -22,9 +22,11 @@ import dataclasses
 import torch
 
 from cases import llama
+from cases._llama_model_calls import model_probes
 from cases._shared_diagnoses import replaced_qparams
 from harness import (
     Built,
+    CallContractCapability,
     Case,
     CaseInputs,
     ExportCapability,
@@ -317,7 +319,11 @@ CASES = [
         unused_observers=UNUSED_OBSERVERS,
         sweep=MODEL_SWEEP,
         not_applicable={check: _NO_MODEL_EXPORT for check in EXPORT_CHECKS},
-        expected_failures={"no_side_effects": TEMPLATE_COPIES},
+        calls=CallContractCapability(probes=model_probes),
+        expected_failures={
+            "no_side_effects": TEMPLATE_COPIES,
+            "call_contract": expect("llama-model-position-ids-ignored"),
+        },
     ),
     Case(
         name="llama_for_causal_lm",

@@ -19,6 +19,7 @@ import torch
 
 from cases import _static_runtime as static
 from cases._qwen3_vl_common import FOLDED_SCALE, QWEN3_VL_REQUIRES, hf_vision_rope, text_config, vision_sample
+from cases._qwen3_vl_text_model_calls import text_model_probes
 from cases._shared_diagnoses import (
     CIRCLE_CHECKS,
     MASK_ADD_GAIN,
@@ -28,6 +29,7 @@ from cases._shared_diagnoses import (
 )
 from harness import (
     Built,
+    CallContractCapability,
     Case,
     CaseInputs,
     ExportCapability,
@@ -796,6 +798,7 @@ CASES = [
         },
         rotary=RotaryCapability(tables=_text_model_rotary),
         mask=MaskCapability(probes=_text_model_masks),
+        calls=CallContractCapability(probes=partial(text_model_probes, seq=SEQ)),
         unused_observers={
             **_TEXT_ONLY_UNUSED,
             **{f"layers.*.wrapped.{k}": v for k, v in _in_layer(_ATTN_UNUSED).items()},

@@ -47,3 +47,29 @@ def test_hf_padding_mask_mis_masks_when_batch_equals_length_and_b1s_fixes_it():
     as_case = _run(wrapped, ids, valid[:, None, :])
     assert float((select_valid(as_hf, valid) - select_valid(hf, valid)).abs().max()) > 1e-2
     torch.testing.assert_close(select_valid(as_case, valid), select_valid(hf, valid), atol=1e-5, rtol=1e-5)
+
+
+def test_caller_position_ids_never_reach_rope_and_hf_tables_given_directly_fix_it():
+    """Finding llama-model-position-ids-ignored: with a gap in the positions the wrapper answers as
+    for 0..S-1; handed HF's RoPE tables for the same positions (``position_embeddings``) it answers
+    as HF, so the tables built from past_seen_tokens are the cause. The tables go in tico's default
+    convention (the first half of the sine negated, as its templates hold it)."""
+    wrapped, ids, mask, _ = _models(2)
+    keys = mask.to(torch.bool)[:, None, :]
+    gap = (torch.arange(lm.WINDOW) + 5 * (torch.arange(lm.WINDOW) >= lm.WINDOW // 2))[None].expand(2, -1)
+    from transformers.models.llama.modeling_llama import LlamaModel
+
+    torch.manual_seed(0)
+    hf_model = LlamaModel(lm.model_config("tiny")).eval()
+    valid = mask.to(torch.bool)
+    with torch.no_grad():
+        hf = hf_model(input_ids=ids, attention_mask=mask, position_ids=gap, use_cache=False).last_hidden_state
+        ours = wrapped(input_ids=ids, attention_mask=keys, position_ids=gap, use_cache=False).last_hidden_state
+        consecutive = wrapped(input_ids=ids, attention_mask=keys, use_cache=False).last_hidden_state
+        tables = lm.llama.pre_negate_sin(hf_model.rotary_emb(hf_model.embed_tokens(ids), gap))
+        given = wrapped(input_ids=ids, attention_mask=keys, position_embeddings=tables, use_cache=False)
+    assert float((select_valid(ours, valid) - select_valid(hf, valid)).abs().max()) > 1e-2
+    torch.testing.assert_close(ours, consecutive)
+    torch.testing.assert_close(
+        select_valid(given.last_hidden_state, valid), select_valid(hf, valid), atol=1e-5, rtol=1e-5
+    )

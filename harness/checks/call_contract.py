@@ -53,7 +53,11 @@ def _judge_answer(pipeline, probe, answer_error, result: CheckResult, th) -> Non
         result.fail(f"{label} the reference call raised {ref_error!r}: the probe is malformed")
         return
     pick = probe.pick or (lambda out: [pipeline.case.output(out)])
-    ours, theirs = pick(answer), pick(expected)
+    (ours, ours_error), (theirs, theirs_error) = _call(pick, answer), _call(pick, expected)
+    if ours_error or theirs_error:
+        side = "the wrapper's" if ours_error else "Hugging Face's"
+        result.fail(f"{label} {side} answer lacks what the probe picks: {ours_error or theirs_error}")
+        return
     if len(ours) != len(theirs):
         result.fail(f"{label} the wrapper answered {len(ours)} tensor(s), Hugging Face {len(theirs)}")
         return

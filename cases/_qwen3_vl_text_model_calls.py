@@ -1,0 +1,108 @@
+"""The Qwen3-VL text model's call contract (the call_contract check): the options
+``QuantQwen3VLTextModel.forward`` takes (explicit 2-D, 3-D and 4-D position ids, a cache position,
+``inputs_embeds``, tuple outputs, decoding on the DynamicCache it returns, a 4-D integer mask), each
+answered as Hugging Face's Qwen3VLTextModel answers it, and the inputs it refuses.
+
+The batch is two prompts, the second right-padded, so every query row sees a valid key in both
+modules (a left-padded row that sees none is softmaxed differently by design). The wrapper folds
+1/sqrt(head_dim) into its keys (``FOLDED_SCALE``), so of the cache it returns only the values are
+compared with Hugging Face's; its keys are held to HF's through the decode step that reads them."""
+
+from __future__ import annotations
+
+import torch
+
+from harness import Built, CallProbe
+
+PADDED = 3  # right padding of the second prompt
+
+
+def text_model_probes(built: Built, *, seq: int) -> list[CallProbe]:
+    cfg = built.facts["config"]
+    generator = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, cfg.vocab_size, (2, seq), generator=generator)
+    keep = torch.ones(2, seq, dtype=torch.long)
+    keep[1, -PADDED:] = 0
+    # positions with a gap of 5 mid-prompt: RoPE sees only differences, so a shift alone would
+    # match a wrapper that ignored them
+    gap = (torch.arange(seq) + 5 * (torch.arange(seq) >= seq // 2))[None].expand(2, -1)
+    thw = gap[None].expand(3, -1, -1)
+    causal_keep = torch.ones(seq, seq, dtype=torch.bool).tril()[None, None] & keep.bool()[:, None, None, :]
+
+    def same(label, pick=None, **kwargs):
+        return CallProbe(
+            label,
+            lambda m: m(input_ids=ids, **kwargs),
+            reference=lambda hf: hf(input_ids=ids, **kwargs),
+            **({"pick": pick} if pick else {}),
+        )
+
+    def refused(label, refusal, **kwargs):
+        return CallProbe(label, lambda m: m(**kwargs), refusal=refusal)
+
+    def decode(module, last_mask):
+        """Prefill all but the last token with the cache on, then the last token on that cache."""
+        full = torch.ones(2, seq, dtype=torch.long)
+        past = module(input_ids=ids[:, :-1], attention_mask=full[:, :-1], use_cache=True).past_key_values
+        return module(input_ids=ids[:, -1:], attention_mask=last_mask(full), past_key_values=past, use_cache=True)
+
+    def embeds(module) -> torch.Tensor:
+        with torch.no_grad():
+            return built.module.embed_tokens(ids)
+
+    return [
+        same("position_ids (B, S)", attention_mask=keep, position_ids=gap),
+        same("position_ids (3, B, S)", attention_mask=keep, position_ids=thw),
+        same("position_ids (4, B, S), text row first", attention_mask=keep, position_ids=torch.cat([gap[None], thw])),
+        same("cache_position", attention_mask=keep, cache_position=torch.arange(seq)),
+        same(
+            "return_dict=False with the cache (hidden states and values)",
+            pick=lambda out: [out[0], *(layer.values for layer in out[1].layers)],
+            attention_mask=keep,
+            use_cache=True,
+            return_dict=False,
+        ),
+        same("return_dict=False without the cache", pick=lambda out: [out[0]], attention_mask=keep, return_dict=False),
+        CallProbe(
+            "a 4-D integer keep mask",
+            lambda m: m(input_ids=ids, attention_mask=causal_keep.long()),
+            reference=lambda hf: hf(input_ids=ids, attention_mask=keep),
+        ),
+        CallProbe(
+            "inputs_embeds",
+            lambda m: m(inputs_embeds=embeds(m), attention_mask=keep),
+            reference=lambda hf: hf(inputs_embeds=embeds(hf), attention_mask=keep),
+        ),
+        CallProbe(
+            "decode on the returned DynamicCache, the mask over every key",
+            lambda m: decode(m, lambda full: full),
+            reference=lambda hf: decode(hf, lambda full: full),
+        ),
+        CallProbe(
+            "decode on the returned DynamicCache, the mask over the new token only",
+            lambda m: decode(m, lambda full: full[:, -1:]),
+            reference=lambda hf: decode(hf, lambda full: full),
+        ),
+        refused(
+            "input_ids and inputs_embeds", "ValueError: .*exactly one of", input_ids=ids, inputs_embeds=embeds(None)
+        ),
+        refused("neither input_ids nor inputs_embeds", "ValueError: .*exactly one of", attention_mask=keep),
+        refused(
+            "2-D mask of another batch", "ValueError: 2D attention_mask batch", input_ids=ids, attention_mask=keep[:1]
+        ),
+        refused(
+            "2-D mask of another length",
+            "ValueError: 2D attention_mask length",
+            input_ids=ids,
+            attention_mask=keep[:, 1:],
+        ),
+        refused(
+            "4-D mask over fewer keys",
+            "ValueError: 4D attention_mask shape",
+            input_ids=ids,
+            attention_mask=causal_keep[..., 1:],
+        ),
+        refused(
+            "3-D mask", "ValueError: Unsupported attention_mask rank", input_ids=ids, attention_mask=causal_keep[:, 0]
+        ),
+    ]
