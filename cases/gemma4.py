@@ -30,9 +30,11 @@ from cases._gemma4_common import (
     vision_model_sample,
 )
 from cases._gemma4_text_common import text_config as shared_text_config
+from cases._gemma4_vision_attention_calls import vision_attention_probes
 from cases._shared_diagnoses import replaced_qparams
 from harness import (
     Built,
+    CallContractCapability,
     Case,
     CaseInputs,
     ExportCapability,
@@ -286,6 +288,7 @@ VISION_PARTS = [
         profiles=E2B_PROFILES,
         build=functools.partial(_build_vision_layer_part, pick=lambda enc: enc.layers[0].self_attn),
         expected_wrapper="QuantGemma4VisionAttention",
+        calls=CallContractCapability(probes=vision_attention_probes),
         # Circle differs only by the rotate-half quantization it does not hold (qparam_consistency): one-flip
         # floor (docs/case-measurements.md#gemma4_vision_attention)
         settings={

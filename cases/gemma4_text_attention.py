@@ -27,6 +27,7 @@ import torch
 
 from cases import _static_runtime as static
 from cases._gemma4_common import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
+from cases._gemma4_text_attention_calls import text_attention_probes
 from cases._gemma4_text_common import (
     additive_mask,
     allowed_pairs,
@@ -39,6 +40,7 @@ from cases._gemma4_text_common import (
 from cases._shared_diagnoses import replaced_qparams
 from harness import (
     Built,
+    CallContractCapability,
     Case,
     CaseInputs,
     Expected,
@@ -239,6 +241,7 @@ _COMMON = dict(
     ptq_config=npu_export_config,
     reference_call=_hf_call,
     mask=MaskCapability(probes=_mask_probes),
+    calls=CallContractCapability(probes=text_attention_probes),
     not_applicable={
         "rotary_parity": (
             "the attention wrapper takes cos/sin as inputs and neither precomputes nor bakes tables; the inputs "

@@ -19,6 +19,7 @@ import torch
 
 from cases import _static_runtime as static
 from cases._qwen3_vl_common import FOLDED_SCALE, QWEN3_VL_REQUIRES, hf_vision_rope, text_config, vision_sample
+from cases._qwen3_vl_model_calls import model_probes
 from cases._qwen3_vl_text_model_calls import text_model_probes
 from cases._shared_diagnoses import (
     CIRCLE_CHECKS,
@@ -822,6 +823,7 @@ CASES = [
             "attribution": {"max_sites": 16},
         },
         expected_wrapper="QuantQwen3VLModel",
+        calls=CallContractCapability(probes=partial(model_probes, text_token_limit=VISION_START - 1)),
         expected_failures={"no_side_effects": vision_and_mask_copies(), **_MM_NO_EXPORT},
         **_MM_CASE,
     ),

@@ -64,7 +64,12 @@ def _judge_answer(pipeline, probe, answer_error, result: CheckResult, th) -> Non
     worst = 0.0
     for index, (mine, ref) in enumerate(zip(ours, theirs)):
         metrics, problem = compare_close(
-            f"{label} tensor {index}", ref.detach(), mine.detach(), atol=th.atol, rtol=th.rtol
+            f"{label} tensor {index}",
+            ref.detach(),
+            mine.detach(),
+            atol=th.atol,
+            rtol=th.rtol,
+            valid_tokens=probe.valid_tokens,
         )
         worst = max(worst, metrics.get("max_abs_diff", 0.0))
         if problem:

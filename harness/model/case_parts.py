@@ -162,7 +162,8 @@ class CallProbe:
     ``refusal``: a regex over ``"ExceptionType: first line of the message"``; the input breaks the
     wrapper's contract and must be refused with that error, not accepted and not failed elsewhere;
     ``reference(hf_module)``: the same request made of the Hugging Face module (a private copy);
-    the tensors ``pick`` takes from both answers must agree."""
+    the tensors ``pick`` takes from both answers must agree, on ``valid_tokens`` (B, S) of each when
+    given (padded positions carry no meaning, as in ``Sample``)."""
 
     label: str
     call: Callable[[torch.nn.Module], Any]
@@ -170,6 +171,7 @@ class CallProbe:
     reference: Callable[[torch.nn.Module], Any] | None = None
     pick: Callable[[Any], list[torch.Tensor]] | None = None
     mode: str = "noquant"
+    valid_tokens: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if (self.refusal is None) == (self.reference is None):
