@@ -16,13 +16,16 @@ Checked on transformers 5.22.2 (5.23 is reported to break the assistant core).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
+from cases._gemma4_assistant_calls import assistant_probes
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams
 from harness import (
     Built,
+    CallContractCapability,
     Case,
     CaseInputs,
     ExportCapability,
@@ -358,6 +361,14 @@ CASES = [
         ),
         rotary=RotaryCapability(tables=_core_rotary),
         mask=MaskCapability(probes=_core_masks),
+        calls=CallContractCapability(
+            probes=functools.partial(
+                assistant_probes,
+                full_capacity=FULL_KV_CAPACITY,
+                sliding_capacity=SLIDING_KV_CAPACITY,
+                ptq_config=_core_ptq_config,
+            )
+        ),
         unused_observers={
             **{
                 f"model.layers.*.wrapped.self_attn.wrapped.obs_{n}": _SHARED_KV

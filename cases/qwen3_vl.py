@@ -24,9 +24,11 @@ from cases._qwen3_vl_common import (
     vision_config,
     vision_sample,
 )
+from cases._qwen3_vl_vision_calls import vision_export_probes
 from cases._shared_diagnoses import replaced_qparams
 from harness import (
     Built,
+    CallContractCapability,
     Case,
     CaseInputs,
     ExportCapability,
@@ -134,6 +136,7 @@ VISION_MODEL = Case(
         contradicting_args=lambda sample, built: (sample.args[0][:, :4],),
     ),
     rotary=RotaryCapability(tables=_vision_rotary),
+    calls=CallContractCapability(probes=vision_export_probes),
     not_applicable={
         "mask_fill": _NO_MASK,
         "mask_quant": _NO_MASK,
