@@ -24,11 +24,13 @@ from cases._gemma4_common import (
     vision_config,
     vision_model_sample,
 )
+from cases._gemma4_model_calls import head_probes, model_probes
 from cases._gemma4_text_common import additive_mask, allowed_pairs, attention_unused, sin_in_convention
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams
 from cases.gemma4 import text_config
 from harness import (
     Built,
+    CallContractCapability,
     Case,
     CaseInputs,
     ExportCapability,
@@ -379,6 +381,7 @@ MODEL_CASES = [
         ),
         rotary=RotaryCapability(tables=_MODEL_SITE.rotary),
         mask=MaskCapability(probes=_MODEL_SITE.masks),
+        calls=CallContractCapability(probes=model_probes),
         unused_observers={**_TEXT_UNUSED, "obs_per_layer_inputs": _PLE_OFF},
         expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER, "qparam_consistency": replaced_qparams()},
         **_COMMON,
@@ -400,6 +403,7 @@ MODEL_CASES = [
         },
         rotary=RotaryCapability(tables=_CONDITIONAL_SITE.rotary),
         mask=MaskCapability(probes=_CONDITIONAL_SITE.masks),
+        calls=CallContractCapability(probes=head_probes),
         export=_SMOKE_HEAD_EXPORT,
         unused_observers={**_TEXT_UNUSED, "model.wrapped.obs_per_layer_inputs": _PLE_OFF},
         expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER, **_CONDITIONAL_EXPORT_FAILS},
@@ -421,6 +425,7 @@ MODEL_CASES = [
         },
         rotary=RotaryCapability(tables=_CAUSAL_LM_SITE.rotary),
         mask=MaskCapability(probes=_CAUSAL_LM_SITE.masks),
+        calls=CallContractCapability(probes=head_probes),
         export=_SMOKE_HEAD_EXPORT,
         expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER, **_CAUSAL_EXPORT_FAILS},
         unused_observers={

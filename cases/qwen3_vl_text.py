@@ -20,6 +20,7 @@ import torch
 from cases import _static_runtime as static
 from cases._qwen3_vl_common import FOLDED_SCALE, QWEN3_VL_REQUIRES, hf_vision_rope, text_config, vision_sample
 from cases._qwen3_vl_model_calls import model_probes
+from cases._qwen3_vl_text_attention_calls import text_attention_decode_probes
 from cases._qwen3_vl_text_model_calls import text_model_probes
 from cases._shared_diagnoses import (
     CIRCLE_CHECKS,
@@ -714,6 +715,7 @@ CASES = [
         profiles=_TEXT_PROFILES,
         expected_wrapper="QuantQwen3VLTextAttention",
         reference_call=_hf_attention_decode,
+        calls=CallContractCapability(probes=partial(text_attention_decode_probes, hf_decode=_hf_attention_decode)),
         # Limits: the measured figures with margin; Circle replay of the output exact
         # (docs/case-measurements.md#qwen3_vl_text_attention_decode)
         settings={
