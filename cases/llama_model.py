@@ -22,6 +22,7 @@ import dataclasses
 import torch
 
 from cases import llama
+from cases._llama_causal_lm_calls import causal_lm_probes
 from cases._llama_model_calls import model_probes
 from cases._shared_diagnoses import replaced_qparams
 from harness import (
@@ -333,6 +334,7 @@ CASES = [
         description="LlamaForCausalLM, 2 layers, tied head: token ids with a padded row; prefill export to logits",
         requires=llama.LLAMA_REQUIRES,
         expected_wrapper="QuantLlamaForCausalLM",
+        calls=CallContractCapability(probes=causal_lm_probes),
         reference_call=hf_call,
         # Limits: the worst measured sample with margin; Circle differs only by the qparams tico replaces, so
         # circle_replay is the one-flip floor (docs/case-measurements.md#llama_for_causal_lm)
