@@ -223,3 +223,37 @@ def test_the_reachable_figure_leaves_out_only_the_branches_no_case_can_reach():
     }  # fmt: skip
     assert figures["total"]["reachable"] == 13 and figures["total"]["percent_reachable"] == 76.9
     assert branch_reasons.reach_line(figures).startswith("reachable wrapper branches: 76.9% (10/13); all: 71.4%")
+
+
+def _snapshot(sha: str, rows: list[list[str]], fairseq_total: int, fairseq_covered: int) -> dict:
+    return {
+        "tico_source_sha256": sha,
+        "branches_covered": 10 + fairseq_covered,
+        "families": {"fairseq": {"branches": fairseq_total, "covered": fairseq_covered}, "llama": {"branches": 12}},
+        "uncovered": rows,
+    }
+
+
+def test_a_family_only_its_own_run_executes_keeps_the_committed_entries_on_the_same_tico():
+    """fairseq's wrappers run only in the fairseq profile's venv: a nightly snapshot that took none of
+    them keeps the committed entries (and their covered count); another tico, or a run that did take
+    some, is measured as it stands."""
+    from harness.tico_facts.branch_reasons import carry_own_runs
+
+    llama = ["llama/quant_model.py", "f", "if x:", "y"]
+    fairseq = [["fairseq/quant_mha.py", "g", f"if c{i}:", "t"] for i in range(4)]
+    committed = {
+        **_snapshot("abc", [llama, fairseq[0]], 4, 3),
+        "fairseq_run": {"pytest_args": ["--profile", "fairseq"]},
+    }
+
+    document = _snapshot("abc", [llama, *fairseq], 4, 0)
+    assert carry_own_runs(document, committed) == ["fairseq"]
+    assert document["uncovered"] == [llama, fairseq[0]]
+    assert document["branches_covered"] == 13 and document["families"]["fairseq"]["covered"] == 3
+    assert document["fairseq_run"] == committed["fairseq_run"]
+
+    other_tico = _snapshot("def", [llama, *fairseq], 4, 0)
+    assert carry_own_runs(other_tico, committed) == [] and len(other_tico["uncovered"]) == 5
+    took_some = _snapshot("abc", [llama, *fairseq[:3]], 4, 1)
+    assert carry_own_runs(took_some, committed) == [] and "fairseq_run" not in took_some

@@ -131,6 +131,10 @@ def main(argv: list[str]) -> int:
             return 2
         run = json.loads(results.read_text())["run"]
         document = branch_reasons.snapshot_document(summary, run)
+        if branch_reasons.SNAPSHOT.is_file():
+            committed = json.loads(branch_reasons.SNAPSHOT.read_text())
+            for family in branch_reasons.carry_own_runs(document, committed):
+                print(f"kept the committed {family}/ entries: only its own run executes them (same tico)")
         branch_reasons.SNAPSHOT.write_text(json.dumps(document, indent=1) + "\n")
         print(f"wrote {branch_reasons.SNAPSHOT.name}: {len(document['uncovered'])} untaken branch(es)")
     if args.check_reasons:

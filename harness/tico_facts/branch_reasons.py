@@ -186,3 +186,32 @@ def reach_line(figures: dict[str, Any]) -> str:
         f"all: {total['percent_all']}% ({total['covered']}/{total['branches']}), {total['out_of_reach']} out of "
         f"any case's reach ({', '.join(figures['out_of_reach_kinds'])})"
     )
+
+
+# families only their own run can execute (their package lives in a venv of its own), by the key the
+# snapshot records that run under
+OWN_RUN_FAMILIES = {"fairseq": "fairseq_run"}
+
+
+def carry_own_runs(document: dict[str, Any], committed: dict[str, Any]) -> list[str]:
+    """Keep, in a new snapshot ``document``, the committed entries of each family only its own run executes
+    (``OWN_RUN_FAMILIES``), when the new run took none of that family's branches and measured the same tico.
+    Returns the families carried; a family the new run did take is measured, and nothing is carried."""
+    carried = []
+    if committed.get("tico_source_sha256") != document.get("tico_source_sha256"):
+        return carried
+    for family, key in OWN_RUN_FAMILIES.items():
+        if key not in committed:
+            continue
+        new_rows = [row for row in document["uncovered"] if family_of(row[0]) == family]
+        family_total = (document.get("families") or {}).get(family, {})
+        if family_total.get("covered", 0) or len(new_rows) != family_total.get("branches", -1):
+            continue
+        old_rows = [list(row) for row in committed["uncovered"] if family_of(list(row)[0]) == family]
+        document["uncovered"] = [row for row in document["uncovered"] if family_of(row[0]) != family] + old_rows
+        covered = len(new_rows) - len(old_rows)
+        document["branches_covered"] += covered
+        document["families"][family]["covered"] = covered
+        document[key] = committed[key]
+        carried.append(family)
+    return carried
