@@ -29,6 +29,7 @@ from cases._gemma4_common import (
     vision_config,
     vision_model_sample,
 )
+from cases._gemma4_static_vision_calls import static_vision_probes
 from cases._gemma4_text_common import text_config as shared_text_config
 from cases._gemma4_vision_attention_calls import vision_attention_probes
 from cases._shared_diagnoses import replaced_qparams
@@ -496,6 +497,8 @@ VISION_MODEL = Case(
     build=build_vision_model,
     profiles=E2B_PROFILES,
     expected_wrapper="QuantGemma4VisionModel",
+    # the static image layout tico's export recipes and static runtime feed this tower
+    calls=CallContractCapability(probes=static_vision_probes),
     # Gated scale-free (the pooled soft tokens grow with the width); noquant_parity's atol allows float32
     # reordering on the large soft tokens at e2b_dims (docs/case-measurements.md#gemma4_vision_model)
     settings={
