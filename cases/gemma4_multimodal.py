@@ -24,6 +24,7 @@ from cases._gemma4_common import (
     vision_config,
     vision_model_sample,
 )
+from cases._gemma4_fusion_calls import fusion_probes
 from cases._gemma4_model_calls import head_probes, model_probes
 from cases._gemma4_text_common import additive_mask, allowed_pairs, attention_unused, sin_in_convention
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams
@@ -381,7 +382,8 @@ MODEL_CASES = [
         ),
         rotary=RotaryCapability(tables=_MODEL_SITE.rotary),
         mask=MaskCapability(probes=_MODEL_SITE.masks),
-        calls=CallContractCapability(probes=model_probes),
+        # the model's own calls, then the fusion helpers that place its soft tokens
+        calls=CallContractCapability(probes=lambda built: [*model_probes(built), *fusion_probes(built)]),
         unused_observers={**_TEXT_UNUSED, "obs_per_layer_inputs": _PLE_OFF},
         expected_failures={"no_side_effects": MASK_TEMPLATE_PER_LAYER, "qparam_consistency": replaced_qparams()},
         **_COMMON,
