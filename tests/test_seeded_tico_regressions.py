@@ -8,7 +8,9 @@ why each kind needs its own check). Each kind is seeded at least twice, in diffe
 - the runtime's call contract: keyword inputs bound wrongly -> circle_call;
 - override scope: an override aimed at one module lands on none or on another -> override_scope;
 - calibration at the edges: right on dense random inputs, wrong on features calibration never showed ->
-  the ``calibration=edge`` variant of the case (cases/_edge_calibration.py), its dense baseline green.
+  the ``calibration=edge`` variant of the case (cases/_edge_calibration.py), its dense baseline green;
+- the wrapper's own call options: a documented option (position ids, another mask form) mishandled in a
+  branch the samples never take -> call_contract.
 """
 
 from __future__ import annotations
@@ -279,6 +281,38 @@ SEEDED = [
         ),
         green=("cases/algorithms.py::llama_smoothquant_decoder_layer_prefill[tiny]",),
     ),
+    Seeded(
+        # tico fixed QuantLlamaModel's RoPE built from past_seen_tokens, whatever position_ids said, in
+        # 0.4.0.dev261026 (finding llama-model-position-ids-ignored); the same slip in the Qwen3-VL text model
+        "qwen-text-position-ids-ignored",
+        "wrapper call options",
+        (
+            (
+                f"{WRAPPERS}/qwen_vl/quant_text_model.py",
+                "        if position_ids is None:\n            if torch.compiler",
+                "        if True:\n            if torch.compiler",
+            ),
+        ),
+        ("cases/qwen3_vl_text.py::qwen3_vl_text_model[tiny]",),
+        "call_contract",
+        r"\[position_ids \(B, S\)\] tensor 0: not close",
+    ),
+    Seeded(
+        # HF's (B, S) padding mask read as (query, key), as QuantLlamaModel reads it (finding
+        # llama-model-2d-padding-mask); the same slip in the Gemma4 vision attention's (B, K) branch
+        "gemma4-vision-keys-as-queries",
+        "wrapper call options",
+        (
+            (
+                f"{WRAPPERS}/gemma4/quant_vision_attention.py",
+                "            return mask[:, None, None, :]\n",
+                "            return mask[:, None, :, None]\n",
+            ),
+        ),
+        ("cases/gemma4.py::gemma4_vision_attention[tiny]",),
+        "call_contract",
+        r"\[\(B, K\) keep mask\] tensor 0: not close",
+    ),
 ]
 
 
@@ -305,7 +339,14 @@ def test_every_kind_is_seeded_at_least_twice_in_more_than_one_place():
     kinds: dict[str, list[Seeded]] = {}
     for seeded in SEEDED:
         kinds.setdefault(seeded.kind, []).append(seeded)
-    assert set(kinds) == {"structure", "names", "call contract", "override scope", "edge calibration"}
+    assert set(kinds) == {
+        "structure",
+        "names",
+        "call contract",
+        "override scope",
+        "edge calibration",
+        "wrapper call options",
+    }
     for kind, members in kinds.items():
         assert len(members) >= 2, kind
         assert len({e[0] for s in members for e in s.edits}) >= 2 or len({i for s in members for i in s.items}) >= 2

@@ -257,3 +257,23 @@ def test_a_family_only_its_own_run_executes_keeps_the_committed_entries_on_the_s
     assert carry_own_runs(other_tico, committed) == [] and len(other_tico["uncovered"]) == 5
     took_some = _snapshot("abc", [llama, *fairseq[:3]], 4, 1)
     assert carry_own_runs(took_some, committed) == [] and "fairseq_run" not in took_some
+
+
+def test_a_run_that_executed_none_of_an_own_run_family_does_not_judge_its_reasons():
+    from harness.tico_facts.branch_reasons import SCOPE, own_run_families_not_run
+
+    def files(fairseq_covered: int) -> dict:
+        branch = {"function": "f", "condition": "if x:", "target": "y"}
+        return {
+            "files": {
+                f"{SCOPE}/fairseq/quant_mha.py": {
+                    "branches": 2,
+                    "branches_covered": fairseq_covered,
+                    "uncovered_branches": [branch] * (2 - fairseq_covered),
+                },
+                f"{SCOPE}/llama/quant_model.py": {"branches": 2, "branches_covered": 1, "uncovered_branches": [branch]},
+            }
+        }
+
+    assert own_run_families_not_run(files(0)) == ["fairseq"]
+    assert own_run_families_not_run(files(1)) == []

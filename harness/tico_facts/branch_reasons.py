@@ -193,6 +193,13 @@ def reach_line(figures: dict[str, Any]) -> str:
 OWN_RUN_FAMILIES = {"fairseq": "fairseq_run"}
 
 
+def own_run_families_not_run(summary: dict[str, Any]) -> list[str]:
+    """The ``OWN_RUN_FAMILIES`` a --tico-coverage run took no branch of: its untaken branches there say
+    nothing about their reasons (the family's own run measures them)."""
+    families = reach(summary, []).get("families", {})
+    return [f for f in OWN_RUN_FAMILIES if f in families and families[f]["covered"] == 0]
+
+
 def carry_own_runs(document: dict[str, Any], committed: dict[str, Any]) -> list[str]:
     """Keep, in a new snapshot ``document``, the committed entries of each family only its own run executes
     (``OWN_RUN_FAMILIES``), when the new run took none of that family's branches and measured the same tico.
