@@ -19,7 +19,8 @@ def _hidden(out) -> list[torch.Tensor]:
 
 
 def text_model_probes(built: Built, *, seq: int, sliding_window: int) -> list[CallProbe]:
-    """Options and refusals on the padded (B=2) sample; PLE-only ones when the config has PLE."""
+    """Options and refusals on the padded (B=2) sample; with PLE on, the PLE-only ones and those of tico's
+    PLE scale fusion (``cases/_gemma4_ple_fusion_calls.py``)."""
     cfg = built.facts["config"]
     sample = built.inputs.evaluation["padded"]
     ids, keep = sample.kwargs["input_ids"], sample.kwargs["attention_mask"]
@@ -150,6 +151,9 @@ def text_model_probes(built: Built, *, seq: int, sliding_window: int) -> list[Ca
         ),
     ]
     if cfg.hidden_size_per_layer_input:
+        from cases._gemma4_ple_fusion_calls import fusion_probes
+
+        probes += fusion_probes(built)
         per_layer = torch.zeros(batch, seq, cfg.num_hidden_layers, cfg.hidden_size_per_layer_input)
         probes += [
             refused(

@@ -185,6 +185,9 @@ _RUNS_A_BATCH = (
 
 # HF's models default to use_cache=True: QuantLlamaModel then builds a DynamicCache and every layer
 # appends its K/V to it (_normalize_past_key_values, the attention's _finalize_cache_output).
+_PROBES_ON_DECLARED = (
+    "its probes do not depend on the sample's cache or mask form: they run once, on the case as declared"
+)
 MODEL_SWEEP = Sweep(
     axes={"use_cache": (False, True), "mask": MASK_FORMS},
     why={
@@ -198,9 +201,13 @@ MODEL_SWEEP = Sweep(
     overrides={
         # the prefill with a cache feeds the new K/V observers (the past ones stay unused: no past is given)
         "use_cache=True": {
-            "unused_observers": {"*.self_attn.wrapped.obs_new_k": None, "*.self_attn.wrapped.obs_new_v": None}
+            "unused_observers": {"*.self_attn.wrapped.obs_new_k": None, "*.self_attn.wrapped.obs_new_v": None},
+            "not_applicable": {"call_contract": _PROBES_ON_DECLARED},
         },
-        "mask=hf_2d": {"expected_failures": {check: _HF_MASK for check in _RUNS_A_BATCH}},
+        "mask=hf_2d": {
+            "expected_failures": {check: _HF_MASK for check in _RUNS_A_BATCH},
+            "not_applicable": {"call_contract": _PROBES_ON_DECLARED},
+        },
     },
 )
 

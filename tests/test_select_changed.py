@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.checks import builtin_checks
 from harness.tico_facts import tico_sources
 from tests.tico_tree import copy_tico, edit, installed_tico, run_harness
 
@@ -29,6 +30,7 @@ LLAMA_ATTENTION = "quantization/wrapq/wrappers/llama/quant_attention.py"
 BOOL_MASK_GROUP = "cases/llama.py::llama_attention_prefill[tiny,mask=bool]"
 # the collection: two cases' groups, the linear case's other variants never measured by this map
 SELECTION = ["cases/nn.py", "-k", "nn_linear or nn_layernorm"]
+PER_GROUP = len(builtin_checks())  # items of one (case, profile) group: one per check
 
 
 def _map(path: Path) -> Path:
@@ -76,9 +78,9 @@ def test_a_changed_function_selects_the_groups_that_ran_it_and_every_unmapped_gr
     assert rc == 0, output[-3000:]
     unmapped = {f"cases/nn.py::nn_linear[tiny,policy={p}]" for p in ("act_out_int16", "per_tensor_weight")}
     assert groups == set(LINEAR_GROUPS) | unmapped
-    assert f"{LINEAR}::QuantLinear.forward -> 81 items" in output
-    assert "54 items the map never measured run whatever changed (in 2 group(s))" in output
-    assert record["selected_items"] == 135 and record["collected_items"] == 162
+    assert f"{LINEAR}::QuantLinear.forward -> {3 * PER_GROUP} items" in output
+    assert f"{2 * PER_GROUP} items the map never measured run whatever changed (in 2 group(s))" in output
+    assert record["selected_items"] == 5 * PER_GROUP and record["collected_items"] == 6 * PER_GROUP
     assert record["changes"] == [f"{LINEAR}: QuantLinear.forward"]
 
 
@@ -109,7 +111,7 @@ def test_a_non_python_file_selects_everything_and_a_wheel_is_a_base(tmp_path):
         tmp_path, head, "--select-changed", str(wheel), "--item-map", str(_map(tmp_path / "m.json"))
     )
     assert rc == 0 and record["everything"], output[-3000:]
-    assert "serialize/schema.json: a non-Python file -> 108 items" in output
+    assert f"serialize/schema.json: a non-Python file -> {4 * PER_GROUP} items" in output
     assert len(groups) == 6 and record["map"]["files_differing_from_base"] is None
 
 
