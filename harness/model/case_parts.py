@@ -163,8 +163,9 @@ class CallProbe:
     wrapper's contract and must be refused with that error, not accepted and not failed elsewhere;
     ``reference(hf_module)``: the same request made of the Hugging Face module (a private copy); a
     probe of a tico helper with no HF counterpart computes what HF does in its place (Gemma4Model's
-    ``masked_scatter`` for tico's fusion helpers); the tensors ``pick`` takes from both answers must agree, on ``valid_tokens`` (B, S) of each when
-    given (padded positions carry no meaning, as in ``Sample``)."""
+    ``masked_scatter`` for tico's fusion helpers). The tensors ``pick`` takes from both answers must
+    agree, on ``valid_tokens`` (B, S) of each when given (padded positions carry no meaning, as in
+    ``Sample``)."""
 
     label: str
     call: Callable[[torch.nn.Module], Any]
