@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from cases._gemma4_ple_fusion_calls import fusion_probes
 from cases._gemma4_text_common import additive_mask, allowed_pairs
 from harness import Built, CallProbe, unwrap
 
@@ -151,8 +152,6 @@ def text_model_probes(built: Built, *, seq: int, sliding_window: int) -> list[Ca
         ),
     ]
     if cfg.hidden_size_per_layer_input:
-        from cases._gemma4_ple_fusion_calls import fusion_probes
-
         probes += fusion_probes(built)
         per_layer = torch.zeros(batch, seq, cfg.num_hidden_layers, cfg.hidden_size_per_layer_input)
         probes += [

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from harness.checks.base import EVIDENCE_DETAILS, Check, CheckResult, Metric, requires_capability
-from harness.primitives.tensor_compare import compare_close
+from harness.primitives.tensor_compare import compare_each
 
 
 @dataclass(frozen=True)
@@ -61,19 +61,16 @@ def _judge_answer(pipeline, probe, answer_error, result: CheckResult, th) -> Non
     if len(ours) != len(theirs):
         result.fail(f"{label} the wrapper answered {len(ours)} tensor(s), Hugging Face {len(theirs)}")
         return
-    worst = 0.0
-    for index, (mine, ref) in enumerate(zip(ours, theirs)):
-        metrics, problem = compare_close(
-            f"{label} tensor {index}",
-            ref.detach(),
-            mine.detach(),
-            atol=th.atol,
-            rtol=th.rtol,
-            valid_tokens=probe.valid_tokens,
-        )
-        worst = max(worst, metrics.get("max_abs_diff", 0.0))
-        if problem:
-            result.fail(problem)
+    worst, problems = compare_each(
+        lambda index: f"{label} tensor {index}",
+        [t.detach() for t in theirs],
+        [t.detach() for t in ours],
+        atol=th.atol,
+        rtol=th.rtol,
+        valid_tokens=probe.valid_tokens,
+    )
+    for problem in problems:
+        result.fail(problem)
     result.evidence[probe.label] = {"tensors": len(ours), "max_abs_diff": worst}
 
 

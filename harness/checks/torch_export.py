@@ -7,7 +7,7 @@ adapter executes exactly as before, its recorded output and facts are reused
 from dataclasses import dataclass
 
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
-from harness.primitives.tensor_compare import compare_close
+from harness.primitives.tensor_compare import compare_close, compare_each
 
 
 @dataclass(frozen=True)
@@ -48,18 +48,15 @@ def _compare_every_output(pipeline, result: CheckResult, name: str, atol: float)
     if len(eager) != len(traced):
         result.fail(f"the torch.export program returns {len(traced)} tensors, the eager export adapter {len(eager)}")
         return
-    worst = 0.0
-    for index, (expected, actual) in enumerate(zip(eager, traced)):
-        metrics, problem = compare_close(
-            f"torch.export program vs eager export adapter [{name}], output {index} of {len(eager)}",
-            expected,
-            actual,
-            atol=atol,
-            rtol=0.0,
-        )
-        worst = max(worst, metrics.get("max_abs_diff", 0.0))
-        if problem:
-            result.fail(problem)
+    worst, problems = compare_each(
+        lambda index: f"torch.export program vs eager export adapter [{name}], output {index} of {len(eager)}",
+        eager,
+        traced,
+        atol=atol,
+        rtol=0.0,
+    )
+    for problem in problems:
+        result.fail(problem)
     result.metrics["outputs"] = len(eager)
     result.metrics["max_abs_diff_every_output"] = worst
 

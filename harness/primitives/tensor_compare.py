@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -55,3 +55,23 @@ def compare_close(
         detail = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         return metrics, f"{label}: not close (atol={atol:g}, rtol={rtol:g}): {detail}"
     return metrics, None
+
+
+def compare_each(
+    label: Callable[[int], str],
+    expected: Sequence[torch.Tensor],
+    actual: Sequence[torch.Tensor],
+    *,
+    atol: float,
+    rtol: float,
+    valid_tokens: torch.Tensor | None = None,
+) -> tuple[float, list[str]]:
+    """``compare_close`` on each pair of two equally long tensor lists (``label(index)`` names a pair):
+    the worst max |diff| over them and every problem found."""
+    worst, problems = 0.0, []
+    for index, (want, got) in enumerate(zip(expected, actual, strict=True)):
+        metrics, problem = compare_close(label(index), want, got, atol=atol, rtol=rtol, valid_tokens=valid_tokens)
+        worst = max(worst, metrics.get("max_abs_diff", 0.0))
+        if problem:
+            problems.append(problem)
+    return worst, problems
