@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from cases._gemma4_ple_fusion_calls import fusion_probes
+from cases._gemma4_ple_host_calls import ple_stage_probes
 from cases._gemma4_text_common import additive_mask, allowed_pairs
 from harness import Built, CallProbe, unwrap
 
@@ -21,7 +22,8 @@ def _hidden(out) -> list[torch.Tensor]:
 
 def text_model_probes(built: Built, *, seq: int, sliding_window: int) -> list[CallProbe]:
     """Options and refusals on the padded (B=2) sample; with PLE on, the PLE-only ones and those of tico's
-    PLE scale fusion (``cases/_gemma4_ple_fusion_calls.py``)."""
+    PLE scale fusion (``cases/_gemma4_ple_fusion_calls.py``) and of its export stages and host artifact
+    (``cases/_gemma4_ple_host_calls.py``)."""
     cfg = built.facts["config"]
     sample = built.inputs.evaluation["padded"]
     ids, keep = sample.kwargs["input_ids"], sample.kwargs["attention_mask"]
@@ -152,7 +154,7 @@ def text_model_probes(built: Built, *, seq: int, sliding_window: int) -> list[Ca
         ),
     ]
     if cfg.hidden_size_per_layer_input:
-        probes += fusion_probes(built)
+        probes += fusion_probes(built) + ple_stage_probes(built)
         per_layer = torch.zeros(batch, seq, cfg.num_hidden_layers, cfg.hidden_size_per_layer_input)
         probes += [
             refused(

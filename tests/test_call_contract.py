@@ -8,10 +8,13 @@ import dataclasses
 
 import pytest
 import torch
+from tico.quantization.wrapq.wrappers.gemma4.ple_embedding_host import Gemma4PLEEmbeddingHostTable
 from tico.quantization.wrapq.wrappers.gemma4.quant_text_model import QuantGemma4TextModel
 
+from cases._gemma4_ple_host_calls import ple_stage_probes
 from cases.gemma4_text import TEXT_MODEL
 from harness import CallContractCapability, CallProbe
+from harness.model.sweep import expand, make_variant
 from tests.helpers import problems_text, run_check, run_clean_check
 
 
@@ -58,5 +61,42 @@ def test_a_refusal_with_another_error_fails():
 def test_no_probe_fails_and_a_malformed_probe_is_refused():
     case = dataclasses.replace(TEXT_MODEL, calls=CallContractCapability(probes=lambda built: []))
     assert "lists no probe" in problems_text(run_check(case, "call_contract"))
-    with pytest.raises(ValueError, match="exactly one of refusal and reference"):
+    with pytest.raises(ValueError, match="exactly one of refusal, reference and twin"):
         CallProbe("both", lambda m: m(), refusal="x", reference=lambda hf: hf())
+    with pytest.raises(ValueError, match="exactly one of refusal, reference and twin"):
+        CallProbe("twin and reference", lambda m: m(), twin=lambda m: m(), reference=lambda hf: hf())
+
+
+def _ple_stages_case():
+    """The text model's PLE variant with only the PLE export-stage probes (the twin probes among them)."""
+    case = expand(TEXT_MODEL, make_variant(TEXT_MODEL.sweep, {"ple": 16}))
+    return dataclasses.replace(case, calls=CallContractCapability(probes=ple_stage_probes))
+
+
+def test_clean_ple_stages_agree_with_hugging_face_and_their_twins():
+    result = run_check(_ple_stages_case(), "call_contract")
+    assert result.passed, problems_text(result)
+    assert result.metrics == {"options_probed": 9, "refusals_probed": 12}
+
+
+def test_a_host_table_that_reads_every_artifact_as_fused_fails(monkeypatch):
+    """The loader takes schema 1 for the fused schema 2 and skips the embed_scale multiply (the contract
+    the schema bump exists to keep apart): the saved QUANT table no longer replays the export stage, and
+    the float one no longer answers as Hugging Face."""
+    original = Gemma4PLEEmbeddingHostTable.__init__
+
+    def as_fused(self, artifact):
+        original(self, artifact)
+        self.embed_scale_fused = True
+
+    monkeypatch.setattr(Gemma4PLEEmbeddingHostTable, "__init__", as_fused)
+    text = problems_text(run_check(_ple_stages_case(), "call_contract"))
+    assert "[PLE host table saved and loaded replays the QUANT stage] tensor 0: not close" in text
+    assert "[PLE host table, float artifact] tensor 0: not close" in text
+    assert "[PLE embedding stage (NO_QUANT)]" not in text
+
+
+def test_a_twin_that_raises_is_a_malformed_probe():
+    probe = CallProbe("broken twin", lambda m: torch.zeros(1), twin=lambda m: m.no_such_method(), pick=lambda t: [t])
+    case = dataclasses.replace(TEXT_MODEL, calls=CallContractCapability(probes=lambda built: [probe]))
+    assert "[broken twin] the reference call raised" in problems_text(run_check(case, "call_contract"))

@@ -42,24 +42,31 @@ def _judge_refusal(probe, answer_error, result: CheckResult) -> None:
         result.fail(f"{label} refused with {error!r}, not the wrapper's own refusal /{probe.refusal}/")
 
 
-def _judge_answer(pipeline, probe, answer_error, result: CheckResult, th) -> None:
+def _judge_answer(pipeline, probe, answer_error, result: CheckResult, th, tree) -> None:
+    """Hold the wrapper's answer to HF's (``reference``) or to tico's other path on the same tree (``twin``)."""
     label = f"[{probe.label}]"
     answer, error = answer_error
     if error is not None:
-        result.fail(f"{label} the wrapper raised {error!r} on a call Hugging Face's module accepts")
+        side = "Hugging Face's module" if probe.reference else "tico's other path"
+        result.fail(f"{label} the wrapper raised {error!r} on a call {side} accepts")
         return
-    expected, ref_error = _call(probe.reference, copy.deepcopy(pipeline.built.module))
+    if probe.reference is not None:
+        expected, ref_error = _call(probe.reference, copy.deepcopy(pipeline.built.module))
+        other = "Hugging Face's"
+    else:
+        expected, ref_error = _call(probe.twin, copy.deepcopy(tree))
+        other = "the twin path's"
     if ref_error is not None:
         result.fail(f"{label} the reference call raised {ref_error!r}: the probe is malformed")
         return
     pick = probe.pick or (lambda out: [pipeline.case.output(out)])
     (ours, ours_error), (theirs, theirs_error) = _call(pick, answer), _call(pick, expected)
     if ours_error or theirs_error:
-        side = "the wrapper's" if ours_error else "Hugging Face's"
+        side = "the wrapper's" if ours_error else other
         result.fail(f"{label} {side} answer lacks what the probe picks: {ours_error or theirs_error}")
         return
     if len(ours) != len(theirs):
-        result.fail(f"{label} the wrapper answered {len(ours)} tensor(s), Hugging Face {len(theirs)}")
+        result.fail(f"{label} the wrapper answered {len(ours)} tensor(s), {other} answer {len(theirs)}")
         return
     worst, problems = compare_each(
         lambda index: f"{label} tensor {index}",
@@ -90,7 +97,7 @@ def run(pipeline) -> CheckResult:
             _judge_refusal(probe, answer_error, result)
         else:
             answers += 1
-            _judge_answer(pipeline, probe, answer_error, result, th)
+            _judge_answer(pipeline, probe, answer_error, result, th, tree)
     result.metrics["refusals_probed"] = refusals
     result.metrics["options_probed"] = answers
     return result

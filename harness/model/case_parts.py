@@ -165,19 +165,23 @@ class CallProbe:
     probe of a tico helper with no HF counterpart computes what HF does in its place (Gemma4Model's
     ``masked_scatter`` for tico's fusion helpers). The tensors ``pick`` takes from both answers must
     agree, on ``valid_tokens`` (B, S) of each when given (padded positions carry no meaning, as in
-    ``Sample``)."""
+    ``Sample``);
+    ``twin(wrapper)``: the same request answered by another of tico's own paths on the same tree (a
+    host artifact that replays an export adapter, a stage adapter beside the wrapper's forward); what
+    ``pick`` takes from both must agree (a quantized path has no HF counterpart to meet)."""
 
     label: str
     call: Callable[[torch.nn.Module], Any]
     refusal: str | None = None
     reference: Callable[[torch.nn.Module], Any] | None = None
     pick: Callable[[Any], list[torch.Tensor]] | None = None
+    twin: Callable[[torch.nn.Module], Any] | None = None
     mode: str = "noquant"
     valid_tokens: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
-        if (self.refusal is None) == (self.reference is None):
-            raise ValueError(f"call probe {self.label!r}: give exactly one of refusal and reference")
+        if sum(part is not None for part in (self.refusal, self.reference, self.twin)) != 1:
+            raise ValueError(f"call probe {self.label!r}: give exactly one of refusal, reference and twin")
         if self.mode not in ("noquant", "quant"):
             raise ValueError(f"call probe {self.label!r}: mode must be 'noquant' or 'quant', got {self.mode!r}")
 
