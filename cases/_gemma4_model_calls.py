@@ -2,12 +2,14 @@
 (``QuantGemma4ForConditionalGeneration``, ``QuantGemma4ForCausalLM``) take ``logits_to_keep`` as a count
 or as positions and ``labels`` for HF's loss, each answered as Hugging Face's head answers it;
 ``QuantGemma4Model`` takes ``inputs_embeds`` for a text prompt and refuses placeholder tokens without
-their pixels, ids with embeddings, and ids with per-layer inputs."""
+their pixels, ids with embeddings, and ids with per-layer inputs; its vision tower's deployment exports
+(monolithic and split) are probed in ``cases/_gemma4_vision_split_calls.py``."""
 
 from __future__ import annotations
 
 import torch
 
+from cases._gemma4_vision_split_calls import vision_split_probes
 from harness import Built, CallProbe
 
 
@@ -65,4 +67,5 @@ def model_probes(built: Built) -> list[CallProbe]:
             input_ids=text_ids,
             per_layer_inputs=torch.zeros(*text_ids.shape, 1, 1),
         ),
+        *vision_split_probes(built),
     ]

@@ -10,8 +10,11 @@ import pytest
 import torch
 from tico.quantization.wrapq.wrappers.gemma4.ple_embedding_host import Gemma4PLEEmbeddingHostTable
 from tico.quantization.wrapq.wrappers.gemma4.quant_text_model import QuantGemma4TextModel
+from tico.quantization.wrapq.wrappers.gemma4.vision_split_export import Gemma4VisionEncoderLayerExportAdapter
 
 from cases._gemma4_ple_host_calls import ple_stage_probes
+from cases._gemma4_vision_split_calls import vision_split_probes
+from cases.gemma4_multimodal import MODEL_CASES
 from cases.gemma4_text import TEXT_MODEL
 from harness import CallContractCapability, CallProbe
 from harness.model.sweep import expand, make_variant
@@ -67,6 +70,9 @@ def test_no_probe_fails_and_a_malformed_probe_is_refused():
         CallProbe("twin and reference", lambda m: m(), twin=lambda m: m(), reference=lambda hf: hf())
 
 
+GEMMA4_MODEL = {case.name: case for case in MODEL_CASES}["gemma4_model"]
+
+
 def _ple_stages_case():
     """The text model's PLE variant with only the PLE export-stage probes (the twin probes among them)."""
     case = expand(TEXT_MODEL, make_variant(TEXT_MODEL.sweep, {"ple": 16}))
@@ -94,6 +100,22 @@ def test_a_host_table_that_reads_every_artifact_as_fused_fails(monkeypatch):
     assert "[PLE host table saved and loaded replays the QUANT stage] tensor 0: not close" in text
     assert "[PLE host table, float artifact] tensor 0: not close" in text
     assert "[PLE embedding stage (NO_QUANT)]" not in text
+
+
+def test_split_vision_stages_that_bind_rope_as_sin_cos_fail(monkeypatch):
+    """One split encoder-layer stage hands its shared RoPE inputs to the layer as (sin, cos): the chained
+    stages no longer answer as HF's image features nor as the monolithic module they split."""
+    original = Gemma4VisionEncoderLayerExportAdapter.forward
+    monkeypatch.setattr(
+        Gemma4VisionEncoderLayerExportAdapter,
+        "forward",
+        lambda self, h, mask, cos, sin: original(self, h, mask, sin, cos),
+    )
+    case = dataclasses.replace(GEMMA4_MODEL, calls=CallContractCapability(probes=vision_split_probes))
+    text = problems_text(run_check(case, "call_contract"))
+    assert "[split vision stages chained (NO_QUANT)] tensor 0: not close" in text
+    assert "[split vision stages chained (QUANT) as the monolithic module] tensor 0: not close" in text
+    assert "[monolithic vision prefill module (NO_QUANT)]" not in text
 
 
 def test_a_twin_that_raises_is_a_malformed_probe():
