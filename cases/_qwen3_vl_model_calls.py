@@ -3,12 +3,14 @@
 padded and as ``inputs_embeds``, a video in the image's place, an image with the wrapper laying out
 its own positions under a padding mask), each answered as Hugging Face's Qwen3VLModel answers it,
 and the inputs it refuses. HF lays out multimodal positions only from ``mm_token_type_ids``
-(1 image, 2 video), so it is given them; the wrapper finds the spans from the token ids."""
+(1 image, 2 video), so it is given them; the wrapper finds the spans from the token ids. tico's fixed-span
+fusion adapters for deployment are probed on the same prompt (``cases/_qwen3_vl_fusion_calls.py``)."""
 
 from __future__ import annotations
 
 import torch
 
+from cases._qwen3_vl_fusion_calls import fusion_probes
 from harness import Built, CallProbe
 
 TEXT_SEQ = 12
@@ -70,4 +72,5 @@ def model_probes(built: Built, *, text_token_limit: int) -> list[CallProbe]:
             lambda m: m(input_ids=ids, inputs_embeds=embeds(m)),
             refusal="ValueError: .*exactly one of",
         ),
+        *fusion_probes(built),
     ]

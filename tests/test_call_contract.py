@@ -14,8 +14,10 @@ from tico.quantization.wrapq.wrappers.gemma4.vision_split_export import Gemma4Vi
 
 from cases._gemma4_ple_host_calls import ple_stage_probes
 from cases._gemma4_vision_split_calls import vision_split_probes
+from cases._qwen3_vl_fusion_calls import fusion_probes as qwen_fusion_probes
 from cases.gemma4_multimodal import MODEL_CASES
 from cases.gemma4_text import TEXT_MODEL
+from cases.qwen3_vl_text import CASES as QWEN3_VL_TEXT_CASES
 from harness import CallContractCapability, CallProbe
 from harness.model.sweep import expand, make_variant
 from tests.helpers import problems_text, run_check, run_clean_check
@@ -71,6 +73,7 @@ def test_no_probe_fails_and_a_malformed_probe_is_refused():
 
 
 GEMMA4_MODEL = {case.name: case for case in MODEL_CASES}["gemma4_model"]
+QWEN3_VL_MODEL = {case.name: case for case in QWEN3_VL_TEXT_CASES}["qwen3_vl_model"]
 
 
 def _ple_stages_case():
@@ -122,3 +125,20 @@ def test_a_twin_that_raises_is_a_malformed_probe():
     probe = CallProbe("broken twin", lambda m: torch.zeros(1), twin=lambda m: m.no_such_method(), pick=lambda t: [t])
     case = dataclasses.replace(TEXT_MODEL, calls=CallContractCapability(probes=lambda built: [probe]))
     assert "[broken twin] the reference call raised" in problems_text(run_check(case, "call_contract"))
+
+
+def test_a_deepstack_stage_one_token_late_fails(monkeypatch):
+    """The DeepStack export stage counts the vision-start token into its span (start + 1): its residual
+    lands one position late, unlike HF's placeholder-mask add; the embedding fusion is untouched."""
+    from tico.quantization.wrapq.wrappers.qwen_vl.export_adapters import Qwen3VLDeepstackFusionExportAdapter
+
+    original = Qwen3VLDeepstackFusionExportAdapter.__init__
+
+    def one_late(self, *, visual_start_idx):
+        original(self, visual_start_idx=visual_start_idx + 1)
+
+    monkeypatch.setattr(Qwen3VLDeepstackFusionExportAdapter, "__init__", one_late)
+    case = dataclasses.replace(QWEN3_VL_MODEL, calls=CallContractCapability(probes=qwen_fusion_probes))
+    text = problems_text(run_check(case, "call_contract"))
+    assert "[a DeepStack feature added at the fixed span] tensor 0: not close" in text
+    assert "[image embeddings placed at the fixed span]" not in text
