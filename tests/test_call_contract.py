@@ -12,9 +12,11 @@ from tico.quantization.wrapq.wrappers.gemma4.ple_embedding_host import Gemma4PLE
 from tico.quantization.wrapq.wrappers.gemma4.quant_text_model import QuantGemma4TextModel
 from tico.quantization.wrapq.wrappers.gemma4.vision_split_export import Gemma4VisionEncoderLayerExportAdapter
 
+from cases._gemma4_assistant_architecture_calls import architecture_probes
 from cases._gemma4_ple_host_calls import ple_stage_probes
 from cases._gemma4_vision_split_calls import vision_split_probes
 from cases._qwen3_vl_fusion_calls import fusion_probes as qwen_fusion_probes
+from cases.gemma4_assistant import CASES as ASSISTANT_CASES
 from cases.gemma4_multimodal import MODEL_CASES
 from cases.gemma4_text import TEXT_MODEL
 from cases.qwen3_vl_text import CASES as QWEN3_VL_TEXT_CASES
@@ -73,6 +75,7 @@ def test_no_probe_fails_and_a_malformed_probe_is_refused():
 
 
 GEMMA4_MODEL = {case.name: case for case in MODEL_CASES}["gemma4_model"]
+ASSISTANT_CORE = {case.name: case for case in ASSISTANT_CASES}["gemma4_assistant_core"]
 QWEN3_VL_MODEL = {case.name: case for case in QWEN3_VL_TEXT_CASES}["qwen3_vl_model"]
 
 
@@ -142,3 +145,21 @@ def test_a_deepstack_stage_one_token_late_fails(monkeypatch):
     text = problems_text(run_check(case, "call_contract"))
     assert "[a DeepStack feature added at the fixed span] tensor 0: not close" in text
     assert "[image embeddings placed at the fixed span]" not in text
+
+
+def test_a_generation_adapter_that_moves_but_does_not_cast_fails(monkeypatch):
+    """The assisted-generation adapter moves the target's tensors to the assistant's device but keeps
+    their bfloat16 (the cast it exists for): the float32 assistant can no longer take the draft step
+    HF's assistant takes on the same values; the architecture refusals are untouched."""
+    from tico.quantization.wrapq.wrappers.gemma4_assistant.utils import Gemma4AssistantGenerationAdapter
+
+    original = Gemma4AssistantGenerationAdapter._cast_to_assistant
+    monkeypatch.setattr(
+        Gemma4AssistantGenerationAdapter,
+        "_cast_to_assistant",
+        lambda self, value: value.to(device=self.assistant.device) if torch.is_tensor(value) else original(self, value),
+    )
+    case = dataclasses.replace(ASSISTANT_CORE, calls=CallContractCapability(probes=architecture_probes))
+    text = problems_text(run_check(case, "call_contract"))
+    assert "[the generation adapter on the target's bfloat16 inputs]" in text
+    assert "[an assistant with per-layer embeddings]" not in text
