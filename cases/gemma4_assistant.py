@@ -1,4 +1,5 @@
-"""Gemma4 assistant (MTP draft model) cases: the draft-one core and the ordered sparse LM head.
+"""Gemma4 assistant (MTP draft model): the draft-one core (the ordered sparse LM head is its own case,
+``cases/gemma4_assistant_sparse_head.py``).
 
 The assistant drafts one token from the target model's concatenated embedding/hidden state
 and the target's shared K/V; it owns no K/V projections and no cache. tico splits it in two:
@@ -22,6 +23,12 @@ from dataclasses import dataclass
 import torch
 
 from cases._gemma4_assistant_calls import assistant_probes
+from cases._gemma4_assistant_common import (
+    ASSISTANT_MIN_VERSIONS,
+    ASSISTANT_REQUIRES,
+    assistant_config,
+    random_token_ordering,
+)
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, replaced_qparams
 from harness import (
     Built,
@@ -39,8 +46,6 @@ from harness import (
     unwrap,
 )
 
-ASSISTANT_REQUIRES = ("transformers.models.gemma4_assistant.modeling_gemma4_assistant",)
-ASSISTANT_MIN_VERSIONS = {"transformers": "5.9"}
 KV_LEN = 10  # target past seen by the draft step (TICO's smoke kv_len)
 # The target's sliding-window layers hand over only their newest keys. TICO's smoke feeds all
 # 10, which its own static canonicalizer refuses for the 8-slot sliding capacity; 8 covers the
@@ -49,59 +54,6 @@ SLIDING_KV_LEN = 8
 FULL_KV_CAPACITY = 16  # static core capacities (TICO's smoke export shape)
 SLIDING_KV_CAPACITY = 8
 LAYER_TYPES = ("full_attention", "sliding_attention")
-
-
-def assistant_config(profile: str):
-    """TICO's tiny assistant: 2 shared-KV layers (sliding, full), ordered embeddings with 8
-    centroids (top-2), tied LM head, eager attention."""
-    from transformers.models.gemma4.configuration_gemma4 import Gemma4TextConfig
-    from transformers.models.gemma4_assistant.configuration_gemma4_assistant import Gemma4AssistantConfig
-
-    if profile != "tiny":
-        raise ValueError(f"unknown Gemma4 assistant profile {profile!r}")
-    text = Gemma4TextConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        global_head_dim=32,
-        max_position_embeddings=128,
-        layer_types=["sliding_attention", "full_attention"],
-        sliding_window=4,
-        rope_parameters={
-            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-        },
-        attention_bias=False,
-        attention_dropout=0.0,
-        use_cache=False,
-        enable_moe_block=False,
-        num_kv_shared_layers=2,
-        hidden_size_per_layer_input=0,
-        vocab_size_per_layer_input=0,
-        allow_global_per_layer_attribute_access=True,
-    )
-    config = Gemma4AssistantConfig(
-        text_config=text,
-        backbone_hidden_size=24,
-        use_ordered_embeddings=True,
-        num_centroids=8,
-        centroid_intermediate_top_k=2,
-        tie_word_embeddings=True,
-    )
-    config._attn_implementation = "eager"
-    config.text_config._attn_implementation = "eager"
-    return config
-
-
-def _random_token_ordering(embedder: torch.nn.Module) -> None:
-    """A fresh module orders the vocabulary 0..V-1; a trained one does not, so shuffle it (a
-    gather bug would be invisible under the identity ordering)."""
-    with torch.no_grad():
-        embedder.token_ordering.copy_(torch.randperm(embedder.token_ordering.numel()))
 
 
 # --- core ------------------------------------------------------------------------------------
@@ -153,7 +105,7 @@ def build_core(profile: str) -> Built:
 
     config = assistant_config(profile)
     module = Gemma4AssistantForCausalLM(config)
-    _random_token_ordering(module.masked_embedding)
+    random_token_ordering(module.masked_embedding)
     # the sine convention the wrapper's attention consumes under this case's PTQ config
     rope = get_gemma4_text_attention_options(_core_ptq_config(profile)).rope
     calibration = tuple(_core_sample(config, rope) for _ in range(4))  # unpadded, as TICO calibrates
@@ -296,23 +248,6 @@ def _core_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
     return probes
 
 
-# --- sparse head ------------------------------------------------------------------------------
-
-
-def build_sparse_head(profile: str) -> Built:
-    from transformers.models.gemma4_assistant.modeling_gemma4_assistant import Gemma4AssistantMaskedEmbedder
-
-    config = assistant_config(profile)
-    text = config.get_text_config()
-    module = Gemma4AssistantMaskedEmbedder(config)
-    _random_token_ordering(module)
-    lm_head_weight = torch.randn(text.vocab_size, text.hidden_size)
-    sample = lambda positions=1: Sample(args=(torch.randn(1, positions, text.hidden_size), lm_head_weight))  # noqa: E731
-    # TICO's draft-one shape, plus 16 positions at once to exercise more top-k selections
-    evaluation = {"default": sample(), "positions16": sample(16)}
-    return Built(module, CaseInputs(calibration=tuple(sample() for _ in range(4)), evaluation=evaluation))
-
-
 _SHARED_KV = (
     "assistant layers are shared-KV consumers: they take the target's already projected and rotated "
     "K/V, so the key-projection, key-RoPE and new-K/V observers are never used (the attention wrapper "
@@ -328,14 +263,6 @@ _MASK_NEVER_SEES_FILL = expect(
     "mask-fill-clamped-by-observer", check="mask_quant", probes=("padded.layer1.full_attention",)
 )
 _CAPACITY_SLOTS_LEAK = expect("mask-fill-clamped-by-observer", check="dynamic_vs_export", probes=("default", "padded"))
-_HOST_ONLY = (
-    "the ordered sparse head is host-side by design and has no export path: TICO's smoke case sets "
-    "supports_circle_export=False because 'the ordered sparse head runs on the host: dynamic top-k, "
-    "token-ordering gathers, and the full-vocabulary scatter are intentionally excluded from the NPU core "
-    "graph' (wrapper_smoke/cases/gemma4_assistant.py), and QuantGemma4AssistantMaskedEmbedder says those "
-    "host operations 'must never be exported'; the exportable part (centroid logits) is checked in "
-    "gemma4_assistant_core"
-)
 
 CASES = [
     Case(
@@ -384,31 +311,6 @@ CASES = [
             "dynamic_vs_export": _CAPACITY_SLOTS_LEAK,
             "no_side_effects": MASK_TEMPLATE_PER_LAYER,
             "qparam_consistency": replaced_qparams(),
-        },
-    ),
-    Case(
-        name="gemma4_assistant_sparse_head",
-        family="gemma4_assistant",
-        build=build_sparse_head,
-        seed=2028,
-        requires=ASSISTANT_REQUIRES,
-        min_versions=ASSISTANT_MIN_VERSIONS,
-        expected_wrapper="QuantGemma4AssistantMaskedEmbedder",
-        # Only the centroid projection is quantized and the selected logits are float, so the output is HF's:
-        # any selection flip would show as a large jump (docs/case-measurements.md#gemma4_assistant_sparse_head)
-        settings={"quant_accuracy": {"max_mean_abs_diff": 1e-6, "max_abs_diff": 1e-6, "max_peir": 1e-6}},
-        not_applicable={
-            check: _HOST_ONLY
-            for check in (
-                "dynamic_vs_export",
-                "torch_export",
-                "circle_call",
-                "circle_replay",
-                "circle_structure",
-                "qparam_audit",
-                "qparam_consistency",
-                "export_contract",
-            )
         },
     ),
 ]
