@@ -4,7 +4,8 @@ per-layer-type mask mapping of the static path as 3-D, 4-D, bool or additive mas
 it or given 1-D), each answered as Hugging Face's Gemma4AssistantForCausalLM answers the same step,
 and the inputs it and tico's host canonicalizer (``canonicalize_gemma4_assistant_static_inputs``,
 ``Gemma4AssistantStaticShapeConfig``) refuse, each with its own error; the generation adapter and the
-architecture contract are probed in ``cases/_gemma4_assistant_architecture_calls.py``."""
+architecture contract are probed in ``cases/_gemma4_assistant_architecture_calls.py``, the host sparse head
+and its exported artifact in ``cases/_gemma4_assistant_sparse_calls.py``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import dataclasses
 import torch
 
 from cases._gemma4_assistant_architecture_calls import architecture_probes
+from cases._gemma4_assistant_sparse_calls import sparse_head_probes
 from harness import Built, CallProbe
 
 
@@ -190,4 +192,5 @@ def assistant_probes(built: Built, *, full_capacity: int, sliding_capacity: int,
         from_args({"assistant": "full"}),
         from_args({"assistant": {"full_kv_length": full_capacity}}),
         *architecture_probes(built),
+        *sparse_head_probes(built),
     ]

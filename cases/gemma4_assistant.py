@@ -41,6 +41,7 @@ from harness import (
     RotaryCapability,
     RotaryTables,
     Sample,
+    Sweep,
     expect,
     first_call_kwarg,
     unwrap,
@@ -113,11 +114,18 @@ def build_core(profile: str) -> Built:
     return Built(module, CaseInputs(calibration=calibration, evaluation=evaluation), facts={"config": config})
 
 
-def _core_ptq_config(profile: str):
-    """tico's assistant recipe (int16 activations, uint8 weights) for the 2 layers."""
+def _core_ptq_config(profile: str, lm_head: str = "uint8"):
+    """tico's assistant recipe (int16 activations, uint8 weights) for the 2 layers; ``lm_head`` (a sweep
+    axis) "int8_symm" passes the builder's ``lm_head_weight`` option a signed per-channel symmetric spec."""
     from tico.quantization.config.gemma4_assistant_builders import build_gemma4_assistant_ptq_config
+    from tico.quantization.config.specs import affine
+    from tico.quantization.wrapq.dtypes import INT8
+    from tico.quantization.wrapq.qscheme import QScheme
 
-    return build_gemma4_assistant_ptq_config(num_hidden_layers=2)
+    if lm_head not in ("uint8", "int8_symm"):
+        raise ValueError(f"unknown lm_head weight spec {lm_head!r}")
+    spec = affine(INT8, qscheme=QScheme.PER_CHANNEL_SYMM) if lm_head == "int8_symm" else None
+    return build_gemma4_assistant_ptq_config(num_hidden_layers=2, lm_head_weight=spec)
 
 
 def _static_inputs(kwargs, config, rope: str):
@@ -264,6 +272,19 @@ _MASK_NEVER_SEES_FILL = expect(
 )
 _CAPACITY_SLOTS_LEAK = expect("mask-fill-clamped-by-observer", check="dynamic_vs_export", probes=("default", "padded"))
 
+# The tied LM head's weight spec (build_gemma4_assistant_ptq_config's lm_head_weight): the sparse-head
+# artifact tico exports stores its integers, so a signed spec reaches code the default uint8 never does.
+_LM_HEAD_SWEEP = Sweep(
+    axes={"lm_head": ("uint8", "int8_symm")},
+    why={"lm_head": "lm_head_weight=affine(INT8, PER_CHANNEL_SYMM): the exported sparse-head artifact's integer table"},
+    pr=(),
+    overrides={
+        "lm_head=int8_symm": {
+            "expected_failures": {"call_contract": expect("gemma4-assistant-sparse-head-signed-weight")},
+        }
+    },
+)
+
 CASES = [
     Case(
         name="gemma4_assistant_core",
@@ -273,6 +294,7 @@ CASES = [
         requires=ASSISTANT_REQUIRES,
         min_versions=ASSISTANT_MIN_VERSIONS,
         ptq_config=_core_ptq_config,
+        sweep=_LM_HEAD_SWEEP,
         expected_wrapper="QuantGemma4AssistantForCausalLM",
         # Limits: the measured figures with margin; the aligned copy computes FULLY_CONNECTED as Circle does,
         # so circle_replay is the one-flip floor (docs/case-measurements.md#gemma4_assistant_core)
