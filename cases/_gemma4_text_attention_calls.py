@@ -82,6 +82,22 @@ def text_attention_probes(built: Built) -> list[CallProbe]:
             cache_output_mode="all",
         ),
     ]
+    cos, sin = kw["position_embeddings"]
+    if batch == 1:  # a rank-2 table implies one sequence
+        probes.append(call("RoPE tables of rank 2 (S, H)", ours={"position_embeddings": (cos[0], sin[0])}))
+    probes += [
+        call("RoPE tables of rank 4 (B, S, 1, H)", ours={"position_embeddings": (cos[:, :, None], sin[:, :, None])}),
+        refused(
+            "RoPE tables of rank 5",
+            "RuntimeError: RoPE table must have rank 2, 3, or 4",
+            position_embeddings=(cos[:, :, None, None], sin[:, :, None, None]),
+        ),
+        refused(
+            "a complex mask",
+            "RuntimeError: Unsupported attention_mask dtype",
+            attention_mask=additive.to(torch.complex64),
+        ),
+    ]
     if q_len > 2:
         probes.append(
             refused(

@@ -179,7 +179,53 @@ def text_model_probes(built: Built, *, seq: int, sliding_window: int) -> list[Ca
                 per_layer_inputs=torch.zeros(batch, seq, cfg.num_hidden_layers, 1),
             )
         )
-    return probes
+    return probes + _prepare_refusals(built, ids, keep)
+
+
+def _prepare_refusals(built: Built, ids: torch.Tensor, keep: torch.Tensor) -> list[CallProbe]:
+    """What tico's ``prepare`` takes and refuses for the text model: an explicit static capacity
+    (``model_args.text.max_seq``) answered as HF answers, a capacity of 0 or past the config's (refused by
+    the attention layers, which read the same setting and are built first), a layer type and a sliding
+    layer without a window it cannot build templates for."""
+    import copy
+
+    from tico.quantization import prepare
+    from tico.quantization.config.ptq import PTQConfig
+
+    def prepared(config_edit=None, **text):
+        def call(_m):
+            module = copy.deepcopy(built.module)
+            if config_edit:
+                config_edit(module.config)
+            return prepare(module, PTQConfig(model_args={"profile": "reference_eval", "text": text}))
+
+        return call
+
+    capacity = built.module.config.max_position_embeddings
+    return [
+        CallProbe(
+            "model_args.text.max_seq given",
+            lambda m: prepared(max_seq=ids.shape[1])(m)(input_ids=ids, attention_mask=keep),
+            reference=lambda hf: hf(input_ids=ids, attention_mask=keep),
+            pick=_hidden,
+        ),
+        CallProbe("model_args.text.max_seq 0", prepared(max_seq=0), refusal="ValueError: Gemma4 attention max_seq must be"),
+        CallProbe(
+            "model_args.text.max_seq past max_position_embeddings",
+            prepared(max_seq=capacity + 1),
+            refusal="ValueError: Gemma4 attention max_seq exceeds",
+        ),
+        CallProbe(
+            "a layer type tico does not wrap",
+            prepared(lambda config: setattr(config, "layer_types", ["chunked_attention"] * config.num_hidden_layers)),
+            refusal="ValueError: Unsupported Gemma4 text layer types",
+        ),
+        CallProbe(
+            "sliding layers without a window",
+            prepared(lambda config: setattr(config, "sliding_window", 0)),
+            refusal="ValueError: Gemma4 sliding_attention requires a positive sliding_window",
+        ),
+    ]
 
 
 def _embeddings(built: Built, ids: torch.Tensor) -> torch.Tensor:

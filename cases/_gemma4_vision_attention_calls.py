@@ -1,7 +1,8 @@
 """The Gemma4 vision attention's call contract (the call_contract check): the mask forms
 ``QuantGemma4VisionAttention`` documents ("(B, K), (B, Q, K) and (B, 1, Q, K)", keep or additive,
 longer preallocated masks sliced, none at all), each answered as Hugging Face's Gemma4VisionAttention
-answers the additive (B, 1, S, S) mask of the same truth, and the masks and calls it refuses."""
+answers the additive (B, 1, S, S) mask of the same truth; RoPE tables of rank 2 and 4 (the ones it
+expands) answered as HF's rank-3 ones; and the masks, tables and calls it refuses."""
 
 from __future__ import annotations
 
@@ -38,6 +39,17 @@ def vision_attention_probes(built: Built) -> list[CallProbe]:
     def refused(label, refusal, mask):
         return CallProbe(label, lambda m: m(**{**kwargs, "attention_mask": mask}), refusal=refusal)
 
+    cos, sin = kwargs["position_embeddings"]
+
+    def tables(label, reshape, refusal=None):
+        """The wrapper given the sample's (B, S, H) RoPE tables reshaped; batch one, as rank 2 implies."""
+        ours = {**kwargs, **{k: v[:1] for k, v in kwargs.items() if torch.is_tensor(v)}}
+        ours["position_embeddings"] = (reshape(cos[:1]), reshape(sin[:1]))
+        theirs = {**ours, "position_embeddings": (cos[:1], sin[:1])}
+        if refusal:
+            return CallProbe(label, lambda m: m(**ours), refusal=refusal)
+        return CallProbe(label, lambda m: m(**ours), reference=lambda hf: hf(**theirs), pick=_output)
+
     return [
         masked("no mask", None, hf_mask=None),
         masked("(B, K) keep mask", keep, hf_mask=keys_only, valid=keep),
@@ -49,6 +61,12 @@ def vision_attention_probes(built: Built) -> list[CallProbe]:
             "additive mask with more query rows (last rows kept)",
             torch.cat([torch.zeros(batch, 1, 2, seq), additive], -2),
         ),
+        tables("RoPE tables of rank 2 (S, H)", lambda t: t[0]),
+        tables("RoPE tables of rank 4 (B, S, 1, H)", lambda t: t[:, :, None]),
+        tables(
+            "RoPE tables of rank 5", lambda t: t[:, :, None, None], "RuntimeError: Gemma4 vision RoPE table must have"
+        ),
+        refused("a complex mask", "RuntimeError: Unsupported attention_mask dtype", additive.to(torch.complex64)),
         refused("5-D mask", "RuntimeError: Unsupported attention_mask rank", additive[None]),
         refused("per-head mask", "RuntimeError: Per-head attention masks", torch.cat([additive, additive], 1)),
         refused("mask over fewer keys", "RuntimeError: attention_mask key length is shorter", additive[..., 1:]),

@@ -10,6 +10,8 @@ compared with Hugging Face's; its keys are held to HF's through the decode step 
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from harness import Built, CallProbe
@@ -105,4 +107,30 @@ def text_model_probes(built: Built, *, seq: int) -> list[CallProbe]:
         refused(
             "3-D mask", "ValueError: Unsupported attention_mask rank", input_ids=ids, attention_mask=causal_keep[:, 0]
         ),
+        *_vision_layout_refusals(built),
     ]
+
+
+def _vision_layout_refusals(built: Built) -> list[CallProbe]:
+    """The static multimodal layout ``model_args.vision`` gives the text model's RoPE templates, each
+    inconsistent form refused when tico's ``prepare`` builds the wrapper."""
+    from tico.quantization import prepare
+    from tico.quantization.config.ptq import PTQConfig
+
+    layout = {"grid_thw": (1, 8, 8), "visual_start_idx": 1, "spatial_merge_size": 2}
+
+    def prepared(**vision):
+        return lambda _m: prepare(copy.deepcopy(built.module), PTQConfig(model_args={"vision": {**layout, **vision}}))
+
+    refused = [
+        ("vision.grid_thw as a list", prepared(grid_thw=[1, 8, 8]), "ValueError: vision.grid_thw must be a tuple"),
+        (
+            "a negative vision.visual_start_idx",
+            prepared(visual_start_idx=-1),
+            "ValueError: vision.visual_start_idx must",
+        ),
+        ("vision.spatial_merge_size 0", prepared(spatial_merge_size=0), "ValueError: vision.spatial_merge_size must"),
+        ("a grid height under the merge size", prepared(grid_thw=(1, 1, 8)), "ValueError: Invalid grid_thw: height"),
+        ("a grid width under the merge size", prepared(grid_thw=(1, 8, 1)), "ValueError: Invalid grid_thw: width"),
+    ]
+    return [CallProbe(label, call, refusal=refusal) for label, call, refusal in refused]

@@ -168,9 +168,37 @@ def build_conv3d_patch(profile: str) -> Built:
     return Built(module, _inputs(lambda: torch.randn(2, 3, 2, 8, 8), 3))
 
 
-def build_layernorm(profile: str) -> Built:
-    module = nn.LayerNorm((32,), eps=1e-5, elementwise_affine=True)
+def build_layernorm(profile: str, affine: str = "weight_and_bias") -> Built:
+    """``affine`` (a sweep axis): nn.LayerNorm's own forms, weight and bias, weight only (bias=False), none."""
+    forms = {
+        "weight_and_bias": {"elementwise_affine": True},
+        "weight_only": {"elementwise_affine": True, "bias": False},
+        "none": {"elementwise_affine": False},
+    }
+    module = nn.LayerNorm((32,), eps=1e-5, **forms[affine])
+    if affine == "weight_only":  # a weight of ones would hide a skipped multiply (the baseline keeps its golden)
+        with torch.no_grad():
+            module.weight.uniform_(0.5, 1.5)
     return Built(module, _inputs(lambda: torch.randn(4, 32), 3))
+
+
+LAYERNORM_SWEEP = Sweep(
+    axes={"affine": ("weight_and_bias", "weight_only", "none")},
+    why={
+        "affine": "QuantLayerNorm's observers follow the module: no affine observers without elementwise_affine, "
+        "no bias observer with bias=False (quant_layernorm.py __init__, forward, _all_observers)"
+    },
+    pr=(),
+    overrides={
+        "affine=weight_only": {
+            "unused_observers": {
+                "obs_affine_add": "QuantLayerNorm makes obs_affine_add whenever elementwise_affine, bias or not "
+                "(quant_layernorm.py __init__), and lists it in _all_observers; with bias=False forward adds no "
+                "bias, so it is never fed and no exported op reads it"
+            }
+        }
+    },
+)
 
 
 class TiedEmbeddingLM(nn.Module):
@@ -273,6 +301,7 @@ CASES = [
         name="nn_layernorm",
         build=build_layernorm,
         seed=123,
+        sweep=LAYERNORM_SWEEP,
         expected_wrapper="QuantLayerNorm",
         settings={
             "quant_accuracy": {"max_mean_abs_diff": 0.12, "max_peir": 0.12},
