@@ -209,7 +209,9 @@ def _prepare_refusals(built: Built, ids: torch.Tensor, keep: torch.Tensor) -> li
             reference=lambda hf: hf(input_ids=ids, attention_mask=keep),
             pick=_hidden,
         ),
-        CallProbe("model_args.text.max_seq 0", prepared(max_seq=0), refusal="ValueError: Gemma4 attention max_seq must be"),
+        CallProbe(
+            "model_args.text.max_seq 0", prepared(max_seq=0), refusal="ValueError: Gemma4 attention max_seq must be"
+        ),
         CallProbe(
             "model_args.text.max_seq past max_position_embeddings",
             prepared(max_seq=capacity + 1),
