@@ -7,7 +7,8 @@ The encoder and decoder have two layers and take token ids as fairseq's models c
 right-padded batch, the decoder teacher-forced over a float encoder's output. The single-step case feeds one
 new token with the K/V that fairseq's own incremental decoding cached for a prefix and compares the step with
 fairseq's own layers given the same cache by name; its ``kv_order`` sweep shows the adapter's documented
-input order is not the one its forward reads (finding fairseq-single-step-kv-order).
+input order is not the one its forward reads (finding fairseq-single-step-kv-order). The encoder's and decoder's
+other calls (generation, beam search, every layer's states) are probed in ``cases/_fairseq_calls.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from cases import _fairseq_common as common
-from harness import Built, Case, Sample, Sweep, expect, unwrap
+from cases._fairseq_calls import decoder_probes, encoder_probes
+from harness import Built, CallContractCapability, Case, Sample, Sweep, expect, unwrap
 
 
 def build_encoder(profile: str) -> Built:
@@ -189,8 +191,13 @@ CASES = [
         build=build_encoder,
         description="fairseq TransformerEncoderBase (2 layers, embeddings, positions), right-padded source tokens",
         expected_wrapper="QuantFairseqEncoder",
+        calls=CallContractCapability(probes=encoder_probes),
         unused_observers={f"layers.*.wrapped.self_attn.{name}": why for name, why in common.NO_ATTN_MASK.items()},
-        expected_failures={"name_contract": common.NAMES, "no_side_effects": _TEMPLATES},
+        expected_failures={
+            "name_contract": common.NAMES,
+            "no_side_effects": _TEMPLATES,
+            "call_contract": expect("fairseq-encoder-embedding-unscaled"),
+        },
         **common.FAIRSEQ,
     ),
     Case(
@@ -208,8 +215,13 @@ CASES = [
         build=build_decoder,
         description="fairseq TransformerDecoderBase (2 layers, output projection) over a float encoder's output",
         expected_wrapper="QuantFairseqDecoder",
+        calls=CallContractCapability(probes=decoder_probes),
         unused_observers={f"layers.*.wrapped.{path}": why for path, why in common.DECODER_LAYER_UNUSED.items()},
-        expected_failures={"name_contract": common.NAMES, "no_side_effects": _TEMPLATES},
+        expected_failures={
+            "name_contract": common.NAMES,
+            "no_side_effects": _TEMPLATES,
+            "call_contract": expect("fairseq-beam-reorder-noop"),
+        },
         **common.FAIRSEQ,
     ),
     Case(

@@ -1,0 +1,108 @@
+"""The call contract of tico's fairseq encoder and decoder wrappers (the call_contract check): the calls
+fairseq's own models, sequence generator and checkpoint loader make beyond a teacher-forced forward, each
+answered as fairseq's TransformerEncoderBase / TransformerDecoderBase answers it: every layer's states
+(``return_all_hiddens``), precomputed token embeddings, the TorchScript entry, beam search's reordering of
+the encoder output and of the incremental state, incremental decoding token by token, the output layer and
+normalized probabilities, ``max_positions``."""
+
+from __future__ import annotations
+
+import torch
+
+from harness import Built, CallProbe, unwrap
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    """Every tensor of a fairseq output, in order (nested lists and dicts flattened; bools as floats), but
+    the encoder's ``encoder_embedding``, which its own probe compares (finding fairseq-encoder-embedding-unscaled)."""
+    if torch.is_tensor(value):
+        return [value.float()]
+    if isinstance(value, dict):
+        return [t for key in sorted(value) if key != "encoder_embedding" for t in _tensors(value[key])]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors(item)]
+    if isinstance(value, (int, float)):
+        return [torch.tensor(float(value))]
+    return []
+
+
+def encoder_probes(built: Built) -> list[CallProbe]:
+    tokens, lengths = built.inputs.evaluation["default"].args
+    beams = torch.tensor([1, 0, 1])
+
+    def same(label, call, pick=_tensors):
+        return CallProbe(label, lambda m: call(unwrap(m)), reference=lambda hf: call(hf), pick=pick)
+
+    def embedded(encoder):
+        with torch.no_grad():
+            return built.module.embed_tokens(tokens)
+
+    return [
+        same("return_all_hiddens", lambda e: e(tokens, lengths, return_all_hiddens=True)),
+        same("precomputed token embeddings", lambda e: e(tokens, lengths, token_embeddings=embedded(e))),
+        same("encoder_embedding", lambda e: e(tokens, lengths), pick=lambda out: [out["encoder_embedding"][0]]),
+        same("forward_torchscript", lambda e: e.forward_torchscript({"src_tokens": tokens, "src_lengths": lengths})),
+        same(
+            "reorder_encoder_out for beam search (every layer's states)",
+            lambda e: e.reorder_encoder_out(e(tokens, lengths, return_all_hiddens=True), beams),
+        ),
+        same("reorder_encoder_out of the plain output", lambda e: e.reorder_encoder_out(e(tokens, lengths), beams)),
+        same("max_positions", lambda e: e.max_positions()),
+    ]
+
+
+def decoder_probes(built: Built) -> list[CallProbe]:
+    sample = built.inputs.evaluation["default"]
+    (prev,) = sample.args
+    memory = sample.kwargs["encoder_out"]
+    steps = prev.shape[1]
+
+    def same(label, call, pick=_tensors):
+        return CallProbe(label, lambda m: call(unwrap(m)), reference=lambda hf: call(hf), pick=pick)
+
+    def incremental(decoder):
+        """Decode token by token with fairseq's incremental state, as its sequence generator does."""
+        state: dict = {}
+        outs = [decoder(prev[:, : t + 1], encoder_out=memory, incremental_state=state)[0] for t in range(steps)]
+        return torch.cat(outs, dim=1)
+
+    def reordered(decoder):
+        state: dict = {}
+        decoder(prev[:, :2], encoder_out=memory, incremental_state=state)
+        order = torch.arange(prev.shape[0]).flip(0)
+        decoder.reorder_incremental_state_scripting(state, order)
+        reordered_memory = decoder_memory_reorder(memory, order)
+        return decoder(prev.index_select(0, order)[:, :3], encoder_out=reordered_memory, incremental_state=state)[0]
+
+    def probabilities(log_probs):
+        return lambda d: d.get_normalized_probs(d(prev, encoder_out=memory), log_probs=log_probs)
+
+    return [
+        same("full output (logits and extras)", lambda d: d(prev, encoder_out=memory, features_only=False)[0]),
+        same("incremental decoding, token by token", incremental),
+        same("beam reordering of the incremental state", reordered),
+        same("log-probabilities", probabilities(True)),
+        same("probabilities", probabilities(False)),
+        same("output_layer", lambda d: d.output_layer(d(prev, encoder_out=memory, features_only=True)[0])),
+        same(
+            "alignment layer and heads",
+            lambda d: d(prev, encoder_out=memory, alignment_layer=0, alignment_heads=1, features_only=True),
+        ),
+        same("max_positions", lambda d: d.max_positions()),
+    ]
+
+
+def decoder_memory_reorder(memory: dict, order: torch.Tensor) -> dict:
+    """The encoder output reordered along the batch as fairseq's encoder does for a beam."""
+    return {
+        "encoder_out": [memory["encoder_out"][0].index_select(1, order)],
+        "encoder_padding_mask": [memory["encoder_padding_mask"][0].index_select(0, order)]
+        if memory["encoder_padding_mask"]
+        else [],
+        "encoder_embedding": [memory["encoder_embedding"][0].index_select(0, order)]
+        if memory["encoder_embedding"]
+        else [],
+        "encoder_states": [],
+        "src_tokens": [],
+        "src_lengths": [],
+    }
