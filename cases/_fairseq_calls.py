@@ -48,6 +48,41 @@ def encoder_probes(built: Built) -> list[CallProbe]:
         ),
         same("reorder_encoder_out of the plain output", lambda e: e.reorder_encoder_out(e(tokens, lengths), beams)),
         same("max_positions", lambda e: e.max_positions()),
+        *_export_mode_probes(tokens, lengths),
+    ]
+
+
+def _export_mode_probes(tokens: torch.Tensor, lengths: torch.Tensor) -> list[CallProbe]:
+    """tico's export mode of the encoder (``use_external_inputs``: embedded, padding-zeroed states in,
+    a tensor or fairseq's dict out), held to the same encoder's ordinary forward on the token ids."""
+
+    def external(return_type, **kwargs):
+        def call(m):
+            encoder = unwrap(m)
+            pad = tokens.eq(encoder.padding_idx)
+            x, _ = encoder.forward_embedding(tokens)
+            x = (x * (1 - pad.unsqueeze(-1).type_as(x))).transpose(0, 1)
+            encoder.use_external_inputs, encoder.return_type = True, return_type
+            return encoder(x, encoder_padding_mask=pad, **kwargs)
+
+        return call
+
+    def ordinary(m):
+        return unwrap(m)(tokens, lengths, return_all_hiddens=True)
+
+    return [
+        CallProbe(
+            "export mode, a tensor out",
+            external("tensor"),
+            twin=ordinary,
+            pick=lambda out: [out] if torch.is_tensor(out) else [out["encoder_out"][0]],
+        ),
+        CallProbe(
+            "export mode, fairseq's dict with every layer's states",
+            external("dict", return_all_hiddens=True),
+            twin=ordinary,
+            pick=lambda out: [out["encoder_out"][0], *out["encoder_states"]],
+        ),
     ]
 
 
@@ -106,3 +141,57 @@ def decoder_memory_reorder(memory: dict, order: torch.Tensor) -> dict:
         "src_tokens": [],
         "src_lengths": [],
     }
+
+
+def decoder_layer_probes(built: Built) -> list[CallProbe]:
+    """On the case's sample (time-major states, a padded source, the causal mask): the calls fairseq's
+    decoder makes of a layer during generation, answered as fairseq's TransformerDecoderLayerBase."""
+    sample = built.inputs.evaluation["default"]
+    (x,) = sample.args
+    memory, source_pad = sample.kwargs["encoder_out"], sample.kwargs["encoder_padding_mask"]
+    steps, batch, width = x.shape
+    heads = built.module.self_attn.num_heads
+    generator = torch.Generator().manual_seed(29)
+    past = [torch.rand(batch, heads, 3, width // heads, generator=generator) - 0.5 for _ in range(2)]
+    cross = [torch.rand(batch, heads, memory.shape[0], width // heads, generator=generator) - 0.5 for _ in range(2)]
+    target_pad = torch.zeros(batch, steps, dtype=torch.bool)
+    target_pad[1, -2:] = True
+
+    def same(label, call, pick=_tensors, valid=None):
+        return CallProbe(label, call, reference=call, pick=pick, valid_tokens=valid)
+
+    def layer(m):
+        return unwrap(m) if hasattr(m, "wrapped") else m
+
+    def incremental(m):
+        state: dict = {}
+        outs = [layer(m)(x[t : t + 1], memory, source_pad, incremental_state=state)[0] for t in range(steps)]
+        return torch.cat(outs, dim=0)
+
+    def given_past(m):
+        return layer(m)(
+            x[-1:], memory, source_pad, incremental_state={}, prev_self_attn_state=[t.clone() for t in past]
+        )[0]
+
+    def given_cross(m):
+        return layer(m)(x[-1:], memory, source_pad, incremental_state={}, prev_attn_state=[t.clone() for t in cross])[0]
+
+    return [
+        same("incremental decoding, token by token", incremental),
+        same("a cached self-attention K/V given (prev_self_attn_state)", given_past),
+        same("a cached cross-attention K/V given (prev_attn_state)", given_cross),
+        same(
+            "a target padding mask beside the causal mask",
+            lambda m: layer(m)(
+                x, memory, source_pad, self_attn_mask=sample.kwargs["self_attn_mask"], self_attn_padding_mask=target_pad
+            )[0],
+            pick=lambda out: [out.transpose(0, 1)],
+            valid=~target_pad,
+        ),
+        same(
+            "per-head cross-attention weights",
+            lambda m: layer(m)(
+                x, memory, source_pad, self_attn_mask=sample.kwargs["self_attn_mask"], need_head_weights=True
+            )[:2],
+        ),
+    ]

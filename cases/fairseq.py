@@ -16,7 +16,8 @@ fairseq every item skips with a reason naming ``./scripts/fairseq.sh run``.
 from __future__ import annotations
 
 from cases import _fairseq_common as common
-from harness import Built, Case, Sample, Sweep, expect, whole_module_export
+from cases._fairseq_calls import decoder_layer_probes
+from harness import Built, CallContractCapability, Case, Sample, Sweep, expect, whole_module_export
 
 
 def _self_mha_export_args(sample: Sample) -> tuple:
@@ -200,6 +201,7 @@ CASES = [
         build=build_decoder_layer,
         description="fairseq TransformerDecoderLayerBase (post-norm): causal self attention, cross attention",
         expected_wrapper="QuantFairseqDecoderLayer",
+        calls=CallContractCapability(probes=decoder_layer_probes),
         sweep=DECODER_LAYER_SWEEP,
         export=whole_module_export(_decoder_layer_export_args),
         unused_observers=common.DECODER_LAYER_UNUSED,
