@@ -134,10 +134,20 @@ def _expected_dim(key: str, value) -> int:
 _STATIC_CASE_NAMES = sorted(_harness_static_cases())
 
 
+_GEMMA4_DECODER_LAYERS = (
+    "gemma4_text_decoder_layer_prefill",
+    "gemma4_text_decoder_layer_sliding_prefill",
+    "gemma4_text_decoder_layer_decode",
+    "gemma4_text_decoder_layer_shared_kv",
+)
+
+
 @pytest.mark.parametrize("name", _STATIC_CASE_NAMES)
 def test_builders_feed_the_declared_shapes(name):
     """Every sample a case's builder makes at static_runtime carries the declared sizes (the builder
-    reads the profile, not only the table). Real builds: each holds one layer at real width."""
+    reads the profile, not only the table). Real builds: each holds one layer at real width. TICO builds
+    its e2b_static_runtime Gemma4 decoder layers with PLE on: those builders take the same width, and every
+    sample feeds a per_layer_input of it (checked on the same build)."""
     case = _harness_static_cases()[name]
     torch.manual_seed(case.seed)
     built = case.build(static.PROFILE)
@@ -147,26 +157,12 @@ def test_builders_feed_the_declared_shapes(name):
         want = _expected_dim(key, value)
         for label, sample in samples.items():
             assert want in _dims(sample), f"{name} {label}: no input of size {want} ({key}={value})"
-
-
-_GEMMA4_DECODER_LAYERS = (
-    "gemma4_text_decoder_layer_prefill",
-    "gemma4_text_decoder_layer_sliding_prefill",
-    "gemma4_text_decoder_layer_decode",
-    "gemma4_text_decoder_layer_shared_kv",
-)
-
-
-@pytest.mark.parametrize("name", _GEMMA4_DECODER_LAYERS)
-def test_gemma4_decoder_layers_run_ticos_per_layer_embeddings(name):
-    """TICO builds its e2b_static_runtime decoder layers with PLE on; the harness's builders take the
-    same width at the profile and every sample feeds a per_layer_input of it."""
-    tico_case = _tico_supported("gemma4")[name]
-    torch.manual_seed(0)
-    tico_case.build(_static_cfg("gemma4"))
-    width = int(tico_case.text_cfg.hidden_size_per_layer_input)
-    assert width == static.GEMMA4_PLE_DIM > 0
-    built = _harness_static_cases()[name].build(static.PROFILE)
-    assert built.module.hidden_size_per_layer_input == width
-    for sample in (*built.inputs.calibration, *built.inputs.evaluation.values()):
-        assert sample.kwargs["per_layer_input"].shape == (*sample.kwargs["hidden_states"].shape[:2], width)
+    if name in _GEMMA4_DECODER_LAYERS:
+        tico_case = _tico_supported("gemma4")[name]
+        torch.manual_seed(0)
+        tico_case.build(_static_cfg("gemma4"))
+        width = int(tico_case.text_cfg.hidden_size_per_layer_input)
+        assert width == static.GEMMA4_PLE_DIM > 0
+        assert built.module.hidden_size_per_layer_input == width
+        for sample in samples.values():
+            assert sample.kwargs["per_layer_input"].shape == (*sample.kwargs["hidden_states"].shape[:2], width)
