@@ -176,7 +176,40 @@ def decoder_layer_probes(built: Built) -> list[CallProbe]:
     def given_cross(m):
         return layer(m)(x[-1:], memory, source_pad, incremental_state={}, prev_attn_state=[t.clone() for t in cross])[0]
 
-    return [
+    def external(mask=None):
+        """tico's export-only single step: the cached K/V as arguments, the new K/V returned."""
+        return lambda m: unwrap(m).forward_external(
+            x[-1:],
+            encoder_out=memory,
+            encoder_padding_mask=source_pad,
+            prev_self_k=past[0].clone(),
+            prev_self_v=past[1].clone(),
+            self_attn_mask=mask,
+        )
+
+    def fairseq_step(hf):
+        """fairseq's layer on the same step, given the same cached K/V through its incremental state."""
+        return hf(x[-1:], memory, source_pad, incremental_state={}, prev_self_attn_state=[t.clone() for t in past])
+
+    history = past[0].shape[2] + 1
+    step_masks = [
+        ("no step mask", None),
+        ("a (1, 1, S) step mask", torch.zeros(1, 1, history)),
+        ("a (B, 1, S) step mask", torch.zeros(batch, 1, history)),
+        ("a (1, S) step mask", torch.zeros(1, history)),
+    ]
+    exported = [
+        CallProbe(f"export single step, {label}", external(mask), reference=fairseq_step, pick=lambda out: [out[0]])
+        for label, mask in step_masks
+    ]
+    exported.append(
+        CallProbe(
+            "export single step, a (S, S) mask",
+            external(torch.zeros(history, history)),
+            refusal="RuntimeError: self_attn_mask must be \\[1,S\\] or \\[B,1,S\\]",
+        )
+    )
+    return exported + [
         same("incremental decoding, token by token", incremental),
         same("a cached self-attention K/V given (prev_self_attn_state)", given_past),
         same("a cached cross-attention K/V given (prev_attn_state)", given_cross),

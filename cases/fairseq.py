@@ -119,6 +119,7 @@ ENCODER_LAYER_SWEEP = _layer_sweep(
 )
 DECODER_LAYER_SWEEP = _layer_sweep(
     {
+        "call_contract": ("fairseq-external-step-prenorm-residual",),
         "qparam_audit": (_BOOL, _WEIGHTS, _PRENORM),
         "qparam_consistency": (_PRENORM,),
         "circle_replay": (_WEIGHTS, _PRENORM),
