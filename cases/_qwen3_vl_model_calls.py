@@ -73,4 +73,52 @@ def model_probes(built: Built, *, text_token_limit: int) -> list[CallProbe]:
             refusal="ValueError: .*exactly one of",
         ),
         *fusion_probes(built),
+        *_generation_probes(built, image, image_types),
+    ]
+
+
+def _generation_probes(built: Built, image: dict, image_types: torch.Tensor) -> list[CallProbe]:
+    """Positions given HF's way (``mm_token_type_ids``), one decode step on the image prompt's cache (the
+    wrapper's cached rope deltas), and the visual layout ``prepare`` refuses without its start."""
+    import copy
+
+    from tico.quantization import prepare
+    from tico.quantization.config.ptq import PTQConfig
+
+    grid = tuple(int(n) for n in image["image_grid_thw"][0])
+    step = torch.tensor([[7]])
+    seq = image["input_ids"].shape[1]
+
+    def decode(module, **prefill_extra):
+        out = module(**image, **prefill_extra, use_cache=True)
+        past = out[1] if isinstance(out, tuple) else out.past_key_values
+        return module(input_ids=step, past_key_values=past, use_cache=True, cache_position=torch.tensor([seq]))
+
+    def without_start(**vision):
+        layout = {"grid_thw": grid, "spatial_merge_size": 2, **vision}
+        return lambda _m: prepare(copy.deepcopy(built.module), PTQConfig(model_args={"vision": layout}))
+
+    return [
+        CallProbe(
+            "an image prompt with mm_token_type_ids (HF's rope index)",
+            lambda m: m(**image, mm_token_type_ids=image_types),
+            reference=lambda hf: hf(**image, mm_token_type_ids=image_types),
+            pick=_hidden,
+        ),
+        CallProbe(
+            "a decode step on the image prompt's cache, own positions",
+            decode,
+            reference=lambda hf: decode(hf, mm_token_type_ids=image_types),
+            pick=_hidden,
+        ),
+        CallProbe(
+            "a vision layout without visual_start_idx",
+            without_start(),
+            refusal="ValueError: vision.visual_start_idx must be specified",
+        ),
+        CallProbe(
+            "a negative visual_start_idx",
+            without_start(visual_start_idx=-1),
+            refusal="ValueError: vision.visual_start_idx must be greater than zero",
+        ),
     ]

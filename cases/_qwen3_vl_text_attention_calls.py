@@ -5,7 +5,10 @@ the layouts of other transformers versions (``k``/``v`` on the cache, ``key_cach
 lists, ``layers[i]`` as a tuple or with ``keys``/``values``, ``key``/``value`` or ``k``/``v``), and
 calls ``update`` with fewer arguments when a cache's signature is older. Each layout holds the case's
 past and must answer the decode step as Hugging Face's attention answers it from a DynamicCache; a
-past with no ``update`` and a cache whose layer cannot be found are refused."""
+past with no ``update`` and a cache whose layer cannot be found are refused. The mask forms its
+normalization documents (bool or integer keep masks, 2-D to 4-D, longer key spans and more query rows
+sliced), on a step whose first past key is masked out, answer as HF answers the additive form; a mask of
+another rank, dtype or head count, or shorter than the keys, is refused."""
 
 from __future__ import annotations
 
@@ -72,6 +75,7 @@ def text_attention_decode_probes(built: Built, *, hf_decode) -> list[CallProbe]:
             refusal=refusal,
         )
 
+    masks = _mask_probes(sample, lambda hf, changed: hf_decode(hf, changed))
     layouts = ("layers_keys_values", "layers_key_value", "layers_k_v", "layers_tuple", "key_cache", "k_v")
     return [
         with_cache("a cache whose update returns the K/V", layout="layers_keys_values", returns="tensors"),
@@ -84,4 +88,40 @@ def text_attention_decode_probes(built: Built, *, hf_decode) -> list[CallProbe]:
             _OlderCache(past, layer_idx, layout="none"),
             "RuntimeError: Cache update did not return key/value tensors",
         ),
+        *masks,
+    ]
+
+
+FILL = -120.0  # tico's default attention_mask_fill_value
+
+
+def _mask_probes(sample: Sample, hf_decode) -> list[CallProbe]:
+    """The decode step with its first past key masked out, in each form the wrapper normalizes."""
+    additive = sample.kwargs["attention_mask"].clone()  # (B, 1, K)
+    additive[..., 0] = FILL
+    keep = additive == 0
+    masked = Sample(args=sample.args, kwargs={**sample.kwargs, "attention_mask": additive})
+    batch, _, keys = additive.shape
+
+    def call(mask):
+        return lambda m: Sample(args=sample.args, kwargs={**sample.kwargs, "attention_mask": mask}).call(m)
+
+    def form(label, mask):
+        return CallProbe(label, call(mask), reference=lambda hf: hf_decode(hf, masked), pick=lambda out: [out[0]])
+
+    def refused(label, mask, refusal):
+        return CallProbe(label, call(mask), refusal=refusal)
+
+    return [
+        form("additive (B, 1, K) mask", additive),
+        form("(B, 1, K) int64 keep mask", keep.long()),
+        form("(B, K) bool keep mask", keep[:, 0]),
+        form("(B, 1, 1, K) bool keep mask", keep[:, None]),
+        form("additive mask over more keys (sliced)", torch.cat([additive, torch.zeros(batch, 1, 2)], -1)),
+        form("additive mask with more query rows (last kept)", torch.cat([torch.zeros(batch, 2, keys), additive], 1)),
+        refused("a 5-D mask", additive[None, None], "RuntimeError: Unsupported attention_mask rank"),
+        refused("a mask over fewer keys", additive[..., 1:], "RuntimeError: attention_mask key length is shorter"),
+        refused("a mask with no query rows", additive[:, :0], "RuntimeError: attention_mask query length"),
+        refused("a per-head mask", torch.cat([additive, additive], 1)[:, :, None], "RuntimeError: Per-head"),
+        refused("a complex mask", additive.to(torch.complex64), "RuntimeError: Unsupported attention_mask dtype"),
     ]
