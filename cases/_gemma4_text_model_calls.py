@@ -99,6 +99,12 @@ def text_model_probes(built: Built, *, seq: int, sliding_window: int) -> list[Ca
         masked("4-D mask over more keys (sliced)", torch.cat([full, torch.zeros(batch, 1, seq, 3)], -1)),
         masked("4-D mask with more query rows (last rows kept)", torch.cat([torch.zeros(batch, 1, 3, seq), full], -2)),
         masked("a mask per layer type", mapping, hf_mask=mapping),
+        CallProbe(
+            "shared_kv_states=None",
+            lambda m: m(input_ids=ids, attention_mask=keep, shared_kv_states=None),
+            reference=lambda hf: hf(input_ids=ids, attention_mask=keep),
+            pick=_hidden,
+        ),
         refused(
             "input_ids and inputs_embeds",
             "ValueError: .*exactly one of",
@@ -156,7 +162,25 @@ def text_model_probes(built: Built, *, seq: int, sliding_window: int) -> list[Ca
     if cfg.hidden_size_per_layer_input:
         probes += fusion_probes(built) + ple_stage_probes(built)
         per_layer = torch.zeros(batch, seq, cfg.num_hidden_layers, cfg.hidden_size_per_layer_input)
+        with torch.no_grad():
+            per_layer_tokens = built.module.get_per_layer_inputs(ids)
         probes += [
+            CallProbe(
+                "inputs_embeds without per_layer_inputs (the ids recovered from the embeddings)",
+                lambda m: m(inputs_embeds=_embeddings(built, ids), attention_mask=keep),
+                reference=lambda hf: hf(inputs_embeds=hf.embed_tokens(ids), attention_mask=keep),
+                pick=_hidden,
+            ),
+            CallProbe(
+                "inputs_embeds with the per-layer token inputs",
+                lambda m: m(
+                    inputs_embeds=_embeddings(built, ids), per_layer_inputs=per_layer_tokens, attention_mask=keep
+                ),
+                reference=lambda hf: hf(
+                    inputs_embeds=hf.embed_tokens(ids), per_layer_inputs=per_layer_tokens, attention_mask=keep
+                ),
+                pick=_hidden,
+            ),
             refused(
                 "input_ids with per_layer_inputs",
                 "ValueError: .*cannot specify per_layer_inputs",
