@@ -83,4 +83,10 @@ def causal_lm_probes(built: Built) -> list[CallProbe]:
             pick=values,
         ),
         CallProbe("beam reordering of a DynamicCache", reorder_cache_object, reference=hf_reorder, pick=values),
+        CallProbe(
+            "the prefill export module with return_kv=True (logits and each layer's V)",
+            lambda m: unwrap(m).as_export_module("prefill", return_kv=True)(ids),
+            reference=lambda hf: (hf(input_ids=ids).logits, hf_past(hf)),
+            pick=lambda out: [out[0], *values(tuple(out[1]))],
+        ),
     ]
