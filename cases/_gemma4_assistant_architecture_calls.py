@@ -12,7 +12,7 @@ import copy
 
 import torch
 
-from harness import Built, CallProbe
+from harness import Built, CallProbe, unwrap
 
 
 def _utils():
@@ -146,4 +146,70 @@ def architecture_probes(built: Built) -> list[CallProbe]:
             refusal="ValueError: Invalid Gemma4 assistant GQA head configuration",
         ),
     ]
-    return probes + [CallProbe(label, call, refusal=f"ValueError: .*{pattern}") for label, call, pattern in refused]
+    return (
+        probes
+        + [CallProbe(label, call, refusal=f"ValueError: .*{pattern}") for label, call, pattern in refused]
+        + _construction_probes(built, kw)
+    )
+
+
+def _construction_probes(built: Built, kw: dict) -> list[CallProbe]:
+    """What tico's prepare and the core's export adapter take and refuse: an untied LM head (answered as HF
+    answers), a tie the weights do not keep, a core export of no assistant or of one without ordered
+    embeddings, and a PTQWrapper asked for an export module or for a module type no wrapper serves."""
+    from tico.quantization import prepare
+    from tico.quantization.config.gemma4_assistant_builders import build_gemma4_assistant_ptq_config
+    from tico.quantization.wrapq.wrappers.gemma4_assistant.export_adapters import Gemma4AssistantCoreExportAdapter
+    from tico.quantization.wrapq.wrappers.ptq_wrapper import PTQWrapper
+
+    def untied(keep_the_flag: bool):
+        model = copy.deepcopy(built.module)
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+        model.config.tie_word_embeddings = keep_the_flag
+        return model
+
+    def prepared(model):
+        return prepare(model, build_gemma4_assistant_ptq_config(num_hidden_layers=len(model.model.layers)))
+
+    def without_ordered_embeddings(m):
+        unwrap(m).masked_embedding = None
+        return Gemma4AssistantCoreExportAdapter(m)
+
+    return [
+        CallProbe(
+            "an untied LM head (tie_word_embeddings=False)",
+            lambda m: prepared(untied(False))(**kw),
+            reference=lambda hf: untied(False)(**kw),
+            pick=lambda out: [out.logits],
+        ),
+        CallProbe(
+            "tie_word_embeddings=True over two weights",
+            lambda m: prepared(untied(True)),
+            refusal="ValueError: Gemma4 assistant config declares tie_word_embeddings=True",
+        ),
+        CallProbe(
+            "a core export of no assistant",
+            lambda m: Gemma4AssistantCoreExportAdapter(torch.nn.Linear(2, 2)),
+            refusal="TypeError: Gemma4 assistant core export requires a QuantGemma4AssistantForCausalLM",
+        ),
+        CallProbe(
+            "a core export without ordered embeddings",
+            without_ordered_embeddings,
+            refusal="ValueError: Gemma4 assistant core export requires use_ordered_embeddings=True",
+            mode="quant",
+        ),
+        CallProbe(
+            "an export module of a wrapper that has none",
+            lambda m: (
+                m.lm_head.as_export_module("prefill")
+                if hasattr(m, "lm_head")
+                else m.wrapped.lm_head.as_export_module("prefill")
+            ),
+            refusal="NotImplementedError: .* does not implement as_export_module",
+        ),
+        CallProbe(
+            "a PTQWrapper around a module no wrapper serves",
+            lambda m: PTQWrapper(torch.nn.Bilinear(2, 2, 2)),
+            refusal="NotImplementedError: No quant wrapper for Bilinear",
+        ),
+    ]
