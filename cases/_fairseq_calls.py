@@ -48,8 +48,39 @@ def encoder_probes(built: Built) -> list[CallProbe]:
         ),
         same("reorder_encoder_out of the plain output", lambda e: e.reorder_encoder_out(e(tokens, lengths), beams)),
         same("max_positions", lambda e: e.max_positions()),
+        same(
+            "upgrade_state_dict_named on an old checkpoint (layer_norms.N renamed)",
+            lambda e: e.upgrade_state_dict_named(_old_checkpoint(len(e.layers)), "encoder"),
+            pick=lambda state: [torch.tensor([float(key in state) for key in _UPGRADE_KEYS])],
+        ),
+        same(
+            "reorder_encoder_out of an empty encoder output",
+            lambda e: e.reorder_encoder_out({key: [] for key in _ENCODER_OUT_KEYS}, beams),
+        ),
         *_export_mode_probes(tokens, lengths),
     ]
+
+
+_ENCODER_OUT_KEYS = (
+    "encoder_out",
+    "encoder_padding_mask",
+    "encoder_embedding",
+    "encoder_states",
+    "src_tokens",
+    "src_lengths",
+)
+_UPGRADE_KEYS = [
+    f"encoder.layers.{i}.{name}.weight"
+    for i in range(2)
+    for name in ("layer_norms.0", "layer_norms.1", "self_attn_layer_norm", "final_layer_norm")
+]
+
+
+def _old_checkpoint(layers: int) -> dict:
+    """A pre-v2 fairseq encoder checkpoint: per-layer norms as layer_norms.0/1, version 1."""
+    state = {f"encoder.layers.{i}.layer_norms.{j}.weight": torch.ones(1) for i in range(layers) for j in (0, 1)}
+    state["encoder.version"] = torch.tensor([1.0])
+    return state
 
 
 def _export_mode_probes(tokens: torch.Tensor, lengths: torch.Tensor) -> list[CallProbe]:
