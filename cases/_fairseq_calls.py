@@ -259,3 +259,41 @@ def decoder_layer_probes(built: Built) -> list[CallProbe]:
             )[:2],
         ),
     ]
+
+
+def self_attention_probes(built: Built) -> list[CallProbe]:
+    """The calls fairseq's layers make of MultiheadAttention besides a plain forward, on the case's sample
+    (the states as query, key and value, the second row's last keys padded): an additive (T, S) mask, the
+    attention weights; the mask ranks tico's attention refuses. (Per-head weights are not compared: fairseq's
+    fast path returns them averaged whatever need_head_weights says.)"""
+    sample = built.inputs.evaluation["default"]
+    x, _, _ = sample.args
+    pad = sample.kwargs["key_padding_mask"]
+    steps, batch = x.shape[:2]
+    causal = torch.full((steps, steps), -120.0).triu(1)
+
+    def attend(**kwargs):
+        return lambda m: (unwrap(m) if hasattr(m, "wrapped") else m)(x, x, x, key_padding_mask=pad, **kwargs)
+
+    def same(label, **kwargs):
+        return CallProbe(label, attend(**kwargs), reference=attend(**kwargs), pick=lambda out: _tensors(out[0]))
+
+    return [
+        same("an additive (T, S) attention mask", attn_mask=causal),
+        CallProbe(
+            "attention weights (averaged over heads)",
+            attend(need_weights=True),
+            reference=attend(need_weights=True),
+            pick=lambda out: _tensors(out),
+        ),
+        CallProbe(
+            "a 4-D attention mask",
+            attend(attn_mask=causal[None, None].expand(batch, 1, steps, steps)),
+            refusal="RuntimeError: attn_mask must be \\[T,S\\] or \\[B,T,S\\]",
+        ),
+        CallProbe(
+            "a 4-D key padding mask",
+            lambda m: unwrap(m)(x, x, x, key_padding_mask=torch.zeros(batch, 1, steps, steps)),
+            refusal="RuntimeError: key_padding_mask must be \\[B,S\\] or \\[B,T,S\\]",
+        ),
+    ]
