@@ -122,6 +122,8 @@ def decoder_probes(built: Built) -> list[CallProbe]:
     (prev,) = sample.args
     memory = sample.kwargs["encoder_out"]
     steps = prev.shape[1]
+    padded_prev = prev.clone()
+    padded_prev[1, -2:] = built.module.padding_idx
 
     def same(label, call, pick=_tensors):
         return CallProbe(label, lambda m: call(unwrap(m)), reference=lambda hf: call(hf), pick=pick)
@@ -155,6 +157,13 @@ def decoder_probes(built: Built) -> list[CallProbe]:
             lambda d: d(prev, encoder_out=memory, alignment_layer=0, alignment_heads=1, features_only=True),
         ),
         same("max_positions", lambda d: d.max_positions()),
+        CallProbe(
+            "a right-padded target batch",
+            lambda m: unwrap(m)(padded_prev, encoder_out=memory)[0],
+            reference=lambda hf: hf(padded_prev, encoder_out=memory)[0],
+            pick=lambda out: [out],
+            valid_tokens=padded_prev.ne(built.module.padding_idx),
+        ),
     ]
 
 
@@ -204,6 +213,18 @@ def decoder_layer_probes(built: Built) -> list[CallProbe]:
             x[-1:], memory, source_pad, incremental_state={}, prev_self_attn_state=[t.clone() for t in past]
         )[0]
 
+    def given_past_with_padding(m):
+        """The cached K/V with their key padding mask (a third element, as fairseq's generator hands it)."""
+        no_padding = torch.zeros(batch, past[0].shape[2], dtype=torch.bool)
+        return layer(m)(
+            x[-1:],
+            memory,
+            source_pad,
+            incremental_state={},
+            prev_self_attn_state=[*(t.clone() for t in past), no_padding],
+            prev_attn_state=[*(t.clone() for t in cross), source_pad.clone()],
+        )[0]
+
     def given_cross(m):
         return layer(m)(x[-1:], memory, source_pad, incremental_state={}, prev_attn_state=[t.clone() for t in cross])[0]
 
@@ -244,6 +265,7 @@ def decoder_layer_probes(built: Built) -> list[CallProbe]:
         same("incremental decoding, token by token", incremental),
         same("a cached self-attention K/V given (prev_self_attn_state)", given_past),
         same("a cached cross-attention K/V given (prev_attn_state)", given_cross),
+        same("cached K/V given with their key padding masks", given_past_with_padding),
         same(
             "a target padding mask beside the causal mask",
             lambda m: layer(m)(
