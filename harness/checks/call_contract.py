@@ -47,7 +47,7 @@ def _judge_answer(pipeline, probe, answer_error, result: CheckResult, th, tree) 
     label = f"[{probe.label}]"
     answer, error = answer_error
     if error is not None:
-        side = "Hugging Face's module" if probe.reference else "tico's other path"
+        side = "Hugging Face's module" if probe.reference is not None else "tico's other path"
         result.fail(f"{label} the wrapper raised {error!r} on a call {side} accepts")
         return
     if probe.reference is not None:
