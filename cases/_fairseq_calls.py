@@ -200,23 +200,20 @@ def decoder_layer_probes(built: Built) -> list[CallProbe]:
     def same(label, call, pick=_tensors, valid=None):
         return CallProbe(label, call, reference=call, pick=pick, valid_tokens=valid)
 
-    def layer(m):
-        return unwrap(m) if hasattr(m, "wrapped") else m
-
     def incremental(m):
         state: dict = {}
-        outs = [layer(m)(x[t : t + 1], memory, source_pad, incremental_state=state)[0] for t in range(steps)]
+        outs = [unwrap(m)(x[t : t + 1], memory, source_pad, incremental_state=state)[0] for t in range(steps)]
         return torch.cat(outs, dim=0)
 
     def given_past(m):
-        return layer(m)(
+        return unwrap(m)(
             x[-1:], memory, source_pad, incremental_state={}, prev_self_attn_state=[t.clone() for t in past]
         )[0]
 
     def given_past_with_padding(m):
         """The cached K/V with their key padding mask (a third element, as fairseq's generator hands it)."""
         no_padding = torch.zeros(batch, past[0].shape[2], dtype=torch.bool)
-        return layer(m)(
+        return unwrap(m)(
             x[-1:],
             memory,
             source_pad,
@@ -226,7 +223,9 @@ def decoder_layer_probes(built: Built) -> list[CallProbe]:
         )[0]
 
     def given_cross(m):
-        return layer(m)(x[-1:], memory, source_pad, incremental_state={}, prev_attn_state=[t.clone() for t in cross])[0]
+        return unwrap(m)(x[-1:], memory, source_pad, incremental_state={}, prev_attn_state=[t.clone() for t in cross])[
+            0
+        ]
 
     def external(mask=None):
         """tico's export-only single step: the cached K/V as arguments, the new K/V returned."""
@@ -268,7 +267,7 @@ def decoder_layer_probes(built: Built) -> list[CallProbe]:
         same("cached K/V given with their key padding masks", given_past_with_padding),
         same(
             "a target padding mask beside the causal mask",
-            lambda m: layer(m)(
+            lambda m: unwrap(m)(
                 x, memory, source_pad, self_attn_mask=sample.kwargs["self_attn_mask"], self_attn_padding_mask=target_pad
             )[0],
             pick=lambda out: [out.transpose(0, 1)],
@@ -276,7 +275,7 @@ def decoder_layer_probes(built: Built) -> list[CallProbe]:
         ),
         same(
             "per-head cross-attention weights",
-            lambda m: layer(m)(
+            lambda m: unwrap(m)(
                 x, memory, source_pad, self_attn_mask=sample.kwargs["self_attn_mask"], need_head_weights=True
             )[:2],
         ),
@@ -295,7 +294,7 @@ def self_attention_probes(built: Built) -> list[CallProbe]:
     causal = torch.full((steps, steps), -120.0).triu(1)
 
     def attend(**kwargs):
-        return lambda m: (unwrap(m) if hasattr(m, "wrapped") else m)(x, x, x, key_padding_mask=pad, **kwargs)
+        return lambda m: unwrap(m)(x, x, x, key_padding_mask=pad, **kwargs)
 
     def same(label, **kwargs):
         return CallProbe(label, attend(**kwargs), reference=attend(**kwargs), pick=lambda out: _tensors(out[0]))
