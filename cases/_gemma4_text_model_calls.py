@@ -8,6 +8,8 @@ so it is handed the additive form of the same truth."""
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from cases._gemma4_ple_fusion_calls import fusion_probes
@@ -211,8 +213,6 @@ def _prepare_refusals(built: Built, ids: torch.Tensor, keep: torch.Tensor) -> li
     (``model_args.text.max_seq``) answered as HF answers, a capacity of 0 or past the config's (refused by
     the attention layers, which read the same setting and are built first), a layer type and a sliding
     layer without a window it cannot build templates for."""
-    import copy
-
     from tico.quantization import prepare
     from tico.quantization.config.ptq import PTQConfig
 

@@ -8,6 +8,8 @@ fusion adapters for deployment are probed on the same prompt (``cases/_qwen3_vl_
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from cases._qwen3_vl_fusion_calls import fusion_probes
@@ -80,8 +82,6 @@ def model_probes(built: Built, *, text_token_limit: int) -> list[CallProbe]:
 def _generation_probes(built: Built, image: dict, image_types: torch.Tensor) -> list[CallProbe]:
     """Positions given HF's way (``mm_token_type_ids``), one decode step on the image prompt's cache (the
     wrapper's cached rope deltas), and the visual layout ``prepare`` refuses without its start."""
-    import copy
-
     from tico.quantization import prepare
     from tico.quantization.config.ptq import PTQConfig
 
