@@ -2,8 +2,9 @@
 ``QuantGemma4AssistantForCausalLM.forward`` documents beyond the case's sample (no padding mask, the
 per-layer-type mask mapping of the static path as 3-D, 4-D, bool or additive masks, positions left to
 it or given 1-D), each answered as Hugging Face's Gemma4AssistantForCausalLM answers the same step,
-and the inputs it and tico's host canonicalizer (``canonicalize_gemma4_assistant_static_inputs``,
-``Gemma4AssistantStaticShapeConfig``) refuse, each with its own error; the generation adapter and the
+and the inputs it and tico's host helpers (``canonicalize_gemma4_assistant_static_inputs``,
+``Gemma4AssistantStaticShapeConfig``, the sine-table preparation ``prepare_gemma4_rope_sin``) refuse, each
+with its own error; the generation adapter and the
 architecture contract are probed in ``cases/_gemma4_assistant_architecture_calls.py``, the host sparse head
 and its exported artifact in ``cases/_gemma4_assistant_sparse_calls.py``."""
 
@@ -26,6 +27,7 @@ def assistant_probes(built: Built, *, full_capacity: int, sliding_capacity: int,
     """On the padded sample; the host canonicalizer gets the case's capacities and the sine convention
     its PTQ config (``ptq_config(profile)``) gives the attention."""
     from tico.quantization.config.gemma4_attention import get_gemma4_text_attention_options
+    from tico.quantization.wrapq.wrappers.gemma4.rope import prepare_gemma4_rope_sin
     from tico.quantization.wrapq.wrappers.gemma4_assistant import static_inputs as host
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRotaryEmbedding
 
@@ -65,6 +67,9 @@ def assistant_probes(built: Built, *, full_capacity: int, sliding_capacity: int,
         }
         return CallProbe(label, lambda _m: host.canonicalize_gemma4_assistant_static_inputs(**args), refusal=refusal)
 
+    def sine(label, refusal, table, convention=rope):
+        return CallProbe(label, lambda _m: prepare_gemma4_rope_sin(table, convention), refusal=refusal)
+
     def kv_changed(layer_type, key=None, value=None):
         k, v = kv[layer_type]
         return {**kv, layer_type: (k if key is None else key, v if value is None else value)}
@@ -80,6 +85,7 @@ def assistant_probes(built: Built, *, full_capacity: int, sliding_capacity: int,
         )
 
     full_k = kv["full_attention"][0]
+    _, sin = Gemma4TextRotaryEmbedding(config.get_text_config())(full_k, kw["position_ids"], "full_attention")
     return [
         both("no padding mask", attention_mask=None),
         as_hf("a 1-D position", position_ids=kw["position_ids"][0]),
@@ -189,6 +195,9 @@ def assistant_probes(built: Built, *, full_capacity: int, sliding_capacity: int,
             "ValueError: sliding_kv_length is too small",
             shape=shape_with(sliding_kv_length=1),
         ),
+        sine("host: a sine table in another convention", "ValueError: Unsupported RoPE convention", sin, "neox"),
+        sine("host: a sine table of odd width", "ValueError: .*positive, even last dimension", sin[..., 1:]),
+        sine("host: an integer sine table", "TypeError: .*must be floating point", sin.long()),
         from_args({"assistant": "full"}),
         from_args({"assistant": {"full_kv_length": full_capacity}}),
         *architecture_probes(built),

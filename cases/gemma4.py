@@ -1,5 +1,6 @@
-"""Gemma4 cases: the vision encoder (seed 1, QuantGemma4VisionEncoder), its parts, the whole vision
-model, and the text MLP.
+"""Gemma4 cases: the vision encoder (seed 1, QuantGemma4VisionEncoder), its attention and layer, and
+the text MLP; the tower around the encoder (patch embedder, pooler, whole vision model) is in
+``cases/gemma4_vision_tower.py``.
 
 Every case here except the padded-calibration variant also runs at TICO's real E2B widths
 (profile ``e2b_dims``: one layer, real projection sizes), as TICO's smoke does for them.
@@ -27,9 +28,7 @@ from cases._gemma4_common import (
     static_positions,
     valid_patches,
     vision_config,
-    vision_model_sample,
 )
-from cases._gemma4_static_vision_calls import static_vision_probes
 from cases._gemma4_text_common import text_config as shared_text_config
 from cases._gemma4_vision_attention_calls import vision_attention_probes
 from cases._shared_diagnoses import replaced_qparams
@@ -58,7 +57,7 @@ from harness import (
 STATIC = static.PROFILE
 
 
-def _static_hidden(width: int) -> torch.Tensor:
+def static_hidden(width: int) -> torch.Tensor:
     """TICO's static-runtime hidden states: normals with the padding slots zeroed."""
     positions = static_positions()
     return torch.randn(1, positions.shape[1], width).masked_fill(~valid_patches(positions).unsqueeze(-1), 0.0)
@@ -87,9 +86,9 @@ def build_vision_encoder(profile: str, *, calibrate_with_padding: bool = False) 
     cfg = vision_config(profile)
     module = Gemma4VisionEncoder(cfg)
     if profile == STATIC:
-        full = encoder_sample(_static_hidden(cfg.hidden_size), static_positions())
+        full = encoder_sample(static_hidden(cfg.hidden_size), static_positions())
         inputs = CaseInputs(
-            calibration=(encoder_sample(_static_hidden(cfg.hidden_size), static_positions()),),
+            calibration=(encoder_sample(static_hidden(cfg.hidden_size), static_positions()),),
             evaluation={"default": full, "padded": full},
         )
         return Built(module=module, inputs=inputs, facts={"rotary_probes": {"default": full}})
@@ -267,8 +266,8 @@ def _build_vision_layer_part(profile: str, pick) -> Built:
     cfg = vision_config(profile)
     encoder = Gemma4VisionEncoder(cfg)
     if profile == STATIC:
-        full = _layer_sample(encoder, _static_hidden(cfg.hidden_size), static_positions())
-        calibration = (_layer_sample(encoder, _static_hidden(cfg.hidden_size), static_positions()),)
+        full = _layer_sample(encoder, static_hidden(cfg.hidden_size), static_positions())
+        calibration = (_layer_sample(encoder, static_hidden(cfg.hidden_size), static_positions()),)
         return Built(pick(encoder), CaseInputs(calibration=calibration, evaluation={"default": full, "padded": full}))
     seq, hidden = 8, cfg.hidden_size
     positions = grid_positions(seq, width=4)
@@ -281,7 +280,7 @@ def _build_vision_layer_part(profile: str, pick) -> Built:
     return Built(pick(encoder), CaseInputs(calibration=calibration, evaluation=evaluation))
 
 
-_LAYER_PART = dict(family="gemma4", seed=123, requires=GEMMA4_REQUIRES, min_versions=GEMMA4_MIN_VERSIONS)
+LAYER_PART = dict(family="gemma4", seed=123, requires=GEMMA4_REQUIRES, min_versions=GEMMA4_MIN_VERSIONS)
 
 VISION_PARTS = [
     Case(
@@ -302,7 +301,7 @@ VISION_PARTS = [
         ),
         expected_failures={"qparam_consistency": replaced_qparams()},
         deployment_shapes={"vision_patch_seq_len": static.GEMMA4_NUM_PATCHES},
-        **_LAYER_PART,
+        **LAYER_PART,
     ),
     Case(
         name="gemma4_vision_encoder_layer",
@@ -326,208 +325,12 @@ VISION_PARTS = [
             "qparam_consistency": replaced_qparams(),
         },
         deployment_shapes={"vision_patch_seq_len": static.GEMMA4_NUM_PATCHES},
-        **_LAYER_PART,
+        **LAYER_PART,
     ),
 ]
 
 # -- patch embedder and pooler (TICO's tiny patch-embedder config; non-square 8x2 grid) -----------
 
-
-def patch_embedder_config(profile: str):
-    """TICO's own tiny patch-embedder config; at real width it is the E2B vision config."""
-    from transformers.models.gemma4.configuration_gemma4 import Gemma4VisionConfig
-
-    if profile == "tiny":
-        return Gemma4VisionConfig(
-            hidden_size=32, patch_size=4, position_embedding_size=8, allow_global_per_layer_attribute_access=True
-        )
-    return vision_config(profile)
-
-
-def build_patch_embedder(profile: str) -> Built:
-    from transformers.models.gemma4.modeling_gemma4 import Gemma4VisionPatchEmbedder
-
-    cfg = patch_embedder_config(profile)
-    module = Gemma4VisionPatchEmbedder(cfg)
-    if profile == STATIC:  # pixels in [0, 1), padding slots zero and flagged, as TICO's static smoke
-        positions = static_positions()
-        padding = ~valid_patches(positions)
-        sample = lambda: Sample(
-            args=(
-                vision_model_sample(cfg, positions, unit_range=True).kwargs["pixel_values"],  # noqa: E731
-                positions,
-                padding,
-            )
-        )
-        return Built(module, CaseInputs(calibration=(sample(),), evaluation={"default": sample()}))
-    patches, patch_dim = 16, 3 * cfg.patch_size**2
-    positions = grid_positions(patches, width=8)
-    no_padding = torch.zeros(1, patches, dtype=torch.bool)
-    sample = lambda: Sample(args=(torch.randn(1, patches, patch_dim), positions, no_padding))  # noqa: E731
-    calibration = tuple(sample() for _ in range(3))
-    return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample()}))
-
-
-def build_pooler(profile: str) -> Built:
-    from transformers.models.gemma4.modeling_gemma4 import Gemma4VisionPooler
-
-    cfg = vision_config(profile)
-    module = Gemma4VisionPooler(cfg)
-    if profile == STATIC:  # 2520 patch slots pooled 3x3 into max_soft_tokens output slots
-        positions = static_positions()
-        sample = lambda: Sample(
-            kwargs={
-                "hidden_states": _static_hidden(cfg.hidden_size),  # noqa: E731
-                "pixel_position_ids": positions,
-                "padding_positions": ~valid_patches(positions),
-                "output_length": static.GEMMA4["max_soft_tokens"],
-            }
-        )
-        return Built(module, CaseInputs(calibration=(sample(),), evaluation={"default": sample()}))
-    seq = 16
-    positions = grid_positions(seq, width=8)  # pooled 2x2 -> a 4x1 output grid
-    no_padding = torch.zeros(1, seq, dtype=torch.bool)
-    sample = lambda: Sample(
-        kwargs={
-            "hidden_states": torch.randn(1, seq, cfg.hidden_size),  # noqa: E731
-            "pixel_position_ids": positions,
-            "padding_positions": no_padding,
-            "output_length": 4,
-        }
-    )
-    calibration = tuple(sample() for _ in range(3))
-    return Built(module, CaseInputs(calibration=calibration, evaluation={"default": sample()}))
-
-
-VISION_PARTS += [
-    Case(
-        name="gemma4_vision_patch_embedder",
-        profiles=E2B_PROFILES,
-        build=build_patch_embedder,
-        expected_wrapper="QuantGemma4VisionPatchEmbedder",
-        settings={
-            "quant_accuracy": {"max_mean_abs_diff": 0.1, "max_peir": 0.15},
-            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-        },
-        export=ExportCapability(
-            adapter=lambda root, sample, built: unwrap(root).as_export_module(
-                mode="prefill", pixel_position_ids=sample.args[1], padding_positions=sample.args[2]
-            ),
-            args=lambda s: (s.args[0],),
-        ),
-        deployment_shapes={"vision_patch_seq_len": static.GEMMA4_NUM_PATCHES},
-        **_LAYER_PART,
-    ),
-    Case(
-        name="gemma4_vision_pooler",
-        profiles=E2B_PROFILES,
-        build=build_pooler,
-        expected_wrapper="QuantGemma4VisionPooler",
-        # Pooled outputs scale with sqrt(width), so mean |d| is gated by SQNR instead
-        # (docs/case-measurements.md#gemma4_vision_pooler)
-        settings={
-            "quant_accuracy": {"max_peir": 0.1, "min_sqnr_db": 28.0},
-            "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-        },
-        export=ExportCapability(
-            adapter=lambda root, sample, built: unwrap(root).as_export_module(
-                mode="prefill",
-                output_length=sample.kwargs["output_length"],
-                pixel_position_ids=sample.kwargs["pixel_position_ids"],
-            ),
-            args=lambda s: (s.kwargs["hidden_states"],),
-        ),
-        deployment_shapes={
-            "vision_patch_seq_len": static.GEMMA4_NUM_PATCHES,
-            "vision_pool_output_length": static.GEMMA4["max_soft_tokens"],
-        },
-        **_LAYER_PART,
-    ),
-]
-
-# -- vision model: patch embedder + encoder + pooler + standardization, on pixel patches -----------
-
-
-def build_vision_model(profile: str) -> Built:
-    """Gemma4VisionModel on TICO's smoke layout: 36 patches on a 6x6 grid, pooled 3x3 into 4 soft
-    tokens, 3 calibration samples. A padded sample (a non-square 6x3 image in the same 36 slots,
-    18 padding slots) exercises the encoder mask and the pooler's padding strip; a wide 12x3 grid
-    probes larger x coordinates."""
-    from transformers.models.gemma4.modeling_gemma4 import Gemma4VisionModel
-
-    cfg = vision_config(profile)
-    module = Gemma4VisionModel(cfg)
-    if profile == STATIC:
-        full = vision_model_sample(cfg, static_positions(), unit_range=True)
-        inputs = CaseInputs(
-            calibration=(vision_model_sample(cfg, static_positions(), unit_range=True),),
-            evaluation={"default": full, "padded": full},
-        )
-        return Built(module, inputs, facts={"rotary_probes": {"default": full}})
-    seq = 36
-    grid = grid_positions(seq, width=6)
-    calibration = tuple(vision_model_sample(cfg, grid) for _ in range(3))
-    default = vision_model_sample(cfg, grid)
-    padded = vision_model_sample(cfg, padded_positions(18, seq, width=6))
-    wide = vision_model_sample(cfg, grid_positions(36, width=12))
-    calibration += (vision_model_sample(cfg, padded_positions(27, seq, width=9)),)
-    inputs = CaseInputs(calibration=calibration, evaluation={"default": default, "padded": padded})
-    return Built(module, inputs, facts={"rotary_probes": {"default": default, "padded": padded, "wide_12x3": wide}})
-
-
-def _vision_model_adapter(root: torch.nn.Module, sample: Sample, built: Built) -> torch.nn.Module:
-    return unwrap(root).as_export_module("prefill", pixel_position_ids=sample.kwargs["pixel_position_ids"])
-
-
-_VISION_MODEL_SITE = VisionEncoderSite(
-    encoder=lambda root: unwrap(unwrap(root).encoder),
-    hf_encoder=lambda reference: reference.encoder,
-    adapter=_vision_model_adapter,
-    adapter_args=lambda sample: (sample.kwargs["pixel_values"],),
-    like=lambda sample: sample.kwargs["pixel_values"],
-)
-
-_NO_STANDARDIZE = (
-    "QuantGemma4VisionModel applies obs_minus_bias only when config.standardize; the E2B vision config does "
-    "not standardize, so at this width it is never fed"
-)
-
-VISION_MODEL = Case(
-    name="gemma4_vision_model",
-    build=build_vision_model,
-    profiles=E2B_PROFILES,
-    expected_wrapper="QuantGemma4VisionModel",
-    # the static image layout tico's export recipes and static runtime feed this tower
-    calls=CallContractCapability(probes=static_vision_probes),
-    # Gated scale-free (the pooled soft tokens grow with the width); noquant_parity's atol allows float32
-    # reordering on the large soft tokens at e2b_dims (docs/case-measurements.md#gemma4_vision_model)
-    settings={
-        "quant_accuracy": {"max_peir": 0.02, "min_sqnr_db": 32.0},
-        "circle_replay": {"max_steps": 1.0, "mean_steps": 0.1},
-        "noquant_parity": {"atol": 1e-4},
-    },
-    export=ExportCapability(
-        adapter=_vision_model_adapter,
-        args=lambda sample: (sample.kwargs["pixel_values"],),
-        samples=("default", "padded"),
-        unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module(
-            "decode", pixel_position_ids=sample.kwargs["pixel_position_ids"]
-        ),
-        # 9 patch slots more than the baked profile (36 slots on tiny).
-        contradicting_args=lambda sample, built: (
-            torch.cat([sample.kwargs["pixel_values"]] * 2, dim=1)[:, : sample.kwargs["pixel_values"].shape[1] + 9],
-        ),
-    ),
-    rotary=RotaryCapability(tables=_VISION_MODEL_SITE.rotary),
-    mask=MaskCapability(probes=_VISION_MODEL_SITE.masks),
-    expected_failures={"qparam_consistency": replaced_qparams()},
-    # E2B's vision config, like TICO's e2b_dims and e2b_static_runtime smoke, does not standardize
-    profile_limits={
-        profile: ProfileLimits(unused_observers={"obs_minus_bias": _NO_STANDARDIZE}) for profile in ("e2b_dims", STATIC)
-    },
-    deployment_shapes={"vision_patch_seq_len": static.GEMMA4_NUM_PATCHES},
-    **_LAYER_PART,
-)
 
 # -- text MLP (TICO's tiny text config: hidden 64, one full-attention layer) ---------------------
 
@@ -561,8 +364,8 @@ TEXT_PARTS = [
         },
         export=whole_module_export(),
         deployment_shapes={"prefill_seq_len": static.GEMMA4["max_seq"]},
-        **_LAYER_PART,
+        **LAYER_PART,
     ),
 ]
 
-CASES = [VISION_ENCODER, VISION_ENCODER_PADDED_CALIB, *VISION_PARTS, VISION_MODEL, *TEXT_PARTS]
+CASES = [VISION_ENCODER, VISION_ENCODER_PADDED_CALIB, *VISION_PARTS, *TEXT_PARTS]

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cases.gemma4 import CASES as GEMMA4_CASES
+from cases.gemma4_vision_tower import CASES as GEMMA4_TOWER_CASES
 from cases.llama import CASES as LLAMA_CASES
 from cases.nn import CASES as NN_CASES
 from harness.export.circle_conversion import convert_with_audit, counting_codegens
 from harness.pipeline import Pipeline
 
-CASES = {case.name: case for case in [*NN_CASES, *LLAMA_CASES, *GEMMA4_CASES]}
+CASES = {case.name: case for case in [*NN_CASES, *LLAMA_CASES, *GEMMA4_TOWER_CASES]}
 
 
 def _program(name: str):

@@ -329,7 +329,7 @@ def test_quantized_residual_stream_explains_the_llama_decoder_layer_gap(case):
 
 
 def _gemma4_vision_model():
-    from cases.gemma4 import CASES as GEMMA_VISION_CASES
+    from cases.gemma4_vision_tower import CASES as GEMMA_VISION_CASES
 
     return next(c for c in GEMMA_VISION_CASES if c.name == "gemma4_vision_model")
 
