@@ -28,7 +28,6 @@ def patch_embedder_probes(built: Built) -> list[CallProbe]:
     pixels, grid, _ = built.inputs.evaluation["default"].args
     padded = _half_padded(grid)
     padding = _padding(padded)
-    pixels = pixels.masked_fill(padding.unsqueeze(-1), 0.0)
 
     def export(mode="prefill", **layout):
         return lambda m: unwrap(m).as_export_module(mode, **layout)(pixels)
@@ -64,8 +63,7 @@ def pooler_probes(built: Built) -> list[CallProbe]:
     hidden, grid, outputs = kwargs["hidden_states"], kwargs["pixel_position_ids"], kwargs["output_length"]
     count = grid.shape[1]
     kernel = int((count // outputs) ** 0.5)
-    padded = _half_padded(grid)
-    hidden = hidden.masked_fill(_padding(padded).unsqueeze(-1), 0.0)
+    padded = _half_padded(grid)  # the padding slots' hidden states are left nonzero: the pooling must drop them
     # the patches of every output in the first kernel columns padded: the first output has none left
     first_column_padded = padded.masked_fill(padded[..., :1] < kernel, -1)
     all_padding = torch.full_like(grid, -1)

@@ -148,7 +148,7 @@ def _audit_failures(tmp_path: Path, cache: bool, plugin: bool) -> tuple[int, set
         "pytest",
         "-q",
         "-n",
-        "2",
+        "0",
         "-k",
         "qparam_audit and ({})".format(" or ".join(sorted(c.split("[")[0] for c in SPLITTING | NOT_SPLITTING))),
         f"--wrapq-report-dir={tmp_path / 'reports'}",

@@ -1,6 +1,6 @@
 """The call_contract check: options a user may pass must give Hugging Face's answer and inputs the
 wrapper's contract refuses must be refused with its own error. Seeded tico defects (a guard
-dropped, an option ignored) fail it; clean tico passes."""
+dropped, an option ignored, a stage that loses what it should keep) fail it; clean tico passes."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ from cases._qwen3_vl_fusion_calls import fusion_probes as qwen_fusion_probes
 from cases.gemma4_assistant import CASES as ASSISTANT_CASES
 from cases.gemma4_multimodal import MODEL_CASES
 from cases.gemma4_text import TEXT_MODEL
+from cases.gemma4_vision_tower import CASES as GEMMA4_TOWER_CASES
+from cases.llama_model import CASES as LLAMA_MODEL_CASES
 from cases.qwen3_vl_text import CASES as QWEN3_VL_TEXT_CASES
+from cases.spinquant_llama import CASES as SPIN_CASES
 from harness import CallContractCapability, CallProbe
 from harness.model.sweep import expand, make_variant
 from tests.helpers import problems_text, run_check, run_clean_check
@@ -77,6 +80,9 @@ def test_no_probe_fails_and_a_malformed_probe_is_refused():
 GEMMA4_MODEL = {case.name: case for case in MODEL_CASES}["gemma4_model"]
 ASSISTANT_CORE = {case.name: case for case in ASSISTANT_CASES}["gemma4_assistant_core"]
 QWEN3_VL_MODEL = {case.name: case for case in QWEN3_VL_TEXT_CASES}["qwen3_vl_model"]
+LLAMA_FOR_CAUSAL_LM = {case.name: case for case in LLAMA_MODEL_CASES}["llama_for_causal_lm"]
+SPIN_LLAMA_FOR_CAUSAL_LM = {case.name: case for case in SPIN_CASES}["spin_llama_for_causal_lm"]
+GEMMA4_VISION_POOLER = {case.name: case for case in GEMMA4_TOWER_CASES}["gemma4_vision_pooler"]
 
 
 def _ple_stages_case():
@@ -163,3 +169,40 @@ def test_a_generation_adapter_that_moves_but_does_not_cast_fails(monkeypatch):
     text = problems_text(run_check(case, "call_contract"))
     assert "[the generation adapter on the target's bfloat16 inputs]" in text
     assert "[an assistant with per-layer embeddings]" not in text
+
+
+def test_an_lm_head_stage_that_loses_spinquants_rotation_fails(monkeypatch):
+    """The staged LM head looks for SpinQuant's ``rotate_lm_head`` on the inner model (where the embedding's
+    rotation lives) and finds none: on the rotated model its logits leave HF's; the token-embedding stage, the
+    forward's options and plain Llama (nothing to rotate) are untouched."""
+    from tico.quantization.wrapq.wrappers.llama.export_adapters import LlamaLMHeadExportAdapter
+
+    original = LlamaLMHeadExportAdapter.__init__
+
+    def looking_on_the_inner_model(self, qmodel):
+        original(self, qmodel)
+        self.rotate_lm_head = getattr(qmodel.model.wrapped, "rotate_lm_head", None)
+
+    monkeypatch.setattr(LlamaLMHeadExportAdapter, "__init__", looking_on_the_inner_model)
+    text = problems_text(run_check(SPIN_LLAMA_FOR_CAUSAL_LM, "call_contract"))
+    assert "[the LM-head export stage] tensor 0: not close" in text
+    assert "[the token-embedding export stage]" not in text and "[the loss against labels]" not in text
+    assert run_check(LLAMA_FOR_CAUSAL_LM, "call_contract").passed
+
+
+def test_a_pooler_export_that_no_longer_bakes_the_padding_fails(monkeypatch):
+    """The pooler's export matrix stops zeroing the padding slots' columns: the padding slots' hidden states
+    are averaged into the pooled outputs, which leave HF's (HF drops them with the padding mask); the eager
+    pooler's own refusal is untouched."""
+    from tico.quantization.wrapq.wrappers.gemma4.quant_vision_pooler import QuantGemma4VisionPooler
+
+    def unbaked(cls, *, seq_len, output_length, pixel_position_ids):
+        weights, valid = cls._build_pool_weights(
+            seq_len=seq_len, output_length=output_length, pixel_position_ids=pixel_position_ids
+        )
+        return weights, int(valid[0].sum())
+
+    monkeypatch.setattr(QuantGemma4VisionPooler, "_build_export_pool_weights", classmethod(unbaked))
+    text = problems_text(run_check(GEMMA4_VISION_POOLER, "call_contract"))
+    assert "[the export module on a padded layout, padding baked into the pooling] tensor 0: not close" in text
+    assert "[more outputs than patches]" not in text

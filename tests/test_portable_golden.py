@@ -27,7 +27,7 @@ def _golden_run(
         "pytest",
         "-q",
         "-n",
-        "2",
+        "0",
         "-k",
         selection,
         "--sweep",

@@ -99,7 +99,7 @@ def test_clean_cases_pass_under_the_scalar_kernels(tmp_path):
             "pytest",
             "-q",
             "-n",
-            "2",
+            "0",
             "-k",
             selection,
             "--sweep",
