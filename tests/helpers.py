@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from safetensors.torch import load_file, save_file
 
@@ -60,3 +61,10 @@ def edit_golden(directory, case: str, profile: str, edit) -> None:
         manifest["tensors"][key]["sha256"] = golden.tensor_sha256(t)
         manifest["tensors"][key]["dtype"] = str(t.dtype).removeprefix("torch.")
     manifest_path.write_text(json.dumps(manifest))
+
+
+def outcome_counts(output: str) -> dict[str, int]:
+    """pytest's closing line ("6 passed, 2232 deselected, 2 xfailed in 11.52s") as a count per outcome;
+    the deselected count (which only a run without xdist prints) is the selection's, not an outcome."""
+    closing = output.splitlines()[-1].rsplit(" in ", 1)[0]
+    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", closing) if word != "deselected"}

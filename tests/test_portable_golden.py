@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import outcome_counts
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -51,7 +53,7 @@ def test_every_golden_item_passes_under_another_kernel_selection(tmp_path, capab
 
     add_configured_import_roots()
     tiny_cases = sum(1 for _, case in load_cases() if case.profiles[0] == "tiny")
-    assert done.stdout.splitlines()[-1].startswith(f"{tiny_cases} passed"), done.stdout[-1000:]
+    assert outcome_counts(done.stdout) == {"passed": tiny_cases}, done.stdout[-1000:]
 
 
 # Deep cases where a rounding flip moves outputs by whole steps, and leaf cases.
@@ -65,7 +67,7 @@ DEFECT_CASES = (
 def test_observer_defects_fail_every_golden_under_the_scalar_kernels(tmp_path, defect):
     done = _golden_run(tmp_path, "default", f"golden and ({DEFECT_CASES})", defect)
     assert done.returncode == 1, done.stdout[-3000:]
-    assert done.stdout.splitlines()[-1].startswith("8 failed in"), done.stdout[-3000:]
+    assert outcome_counts(done.stdout) == {"failed": 8}, done.stdout[-3000:]
     assert "scale_rel" in done.stdout or "zero_point_abs" in done.stdout
 
 
@@ -74,5 +76,5 @@ def test_skipped_weight_fake_quant_fails_golden_under_the_scalar_kernels(tmp_pat
         tmp_path, "default", "golden and (gemma4_vision_encoder or nn_linear or llama_mlp)", "weight_fake_quant_skipped"
     )
     assert done.returncode == 1, done.stdout[-3000:]
-    assert done.stdout.splitlines()[-1].startswith("5 failed"), done.stdout[-3000:]
+    assert outcome_counts(done.stdout) == {"failed": 5}, done.stdout[-3000:]
     assert "err_ratio" in done.stdout
