@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from cases._gemma4_common import padded_positions
+from cases._gemma4_common import padded_positions, valid_patches
 from harness import Built, CallProbe, unwrap
-
-
-def _padding(positions: torch.Tensor) -> torch.Tensor:
-    return (positions == -1).all(dim=-1)
 
 
 def _half_padded(positions: torch.Tensor) -> torch.Tensor:
@@ -27,7 +23,7 @@ def _half_padded(positions: torch.Tensor) -> torch.Tensor:
 def patch_embedder_probes(built: Built) -> list[CallProbe]:
     pixels, grid, _ = built.inputs.evaluation["default"].args
     padded = _half_padded(grid)
-    padding = _padding(padded)
+    padding = ~valid_patches(padded)
 
     def export(mode="prefill", **layout):
         return lambda m: unwrap(m).as_export_module(mode, **layout)(pixels)
@@ -83,7 +79,7 @@ def pooler_probes(built: Built) -> list[CallProbe]:
         ("patches that are not k^2 per output", export(length=outputs - 1), "ValueError: Cannot pool"),
         (
             "more outputs than patches",
-            lambda m: m(hidden, grid, _padding(grid), count + 1),
+            lambda m: m(hidden, grid, ~valid_patches(grid), count + 1),
             "ValueError: Cannot output more soft tokens",
         ),
     ]
@@ -91,7 +87,7 @@ def pooler_probes(built: Built) -> list[CallProbe]:
         CallProbe(
             "the export module on a padded layout, padding baked into the pooling",
             export(),
-            reference=lambda hf: hf(hidden, padded, _padding(padded), outputs)[0],
+            reference=lambda hf: hf(hidden, padded, ~valid_patches(padded), outputs)[0],
             pick=lambda out: [out],
         ),
         *(CallProbe(label, call, refusal=refusal) for label, call, refusal in refused),
