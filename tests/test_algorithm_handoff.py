@@ -4,7 +4,6 @@ clean tico, under the native and the scalar kernels."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import torch
 
 from cases import gemma4_ple_scale_fusion
 from cases.algorithms import CASES
+from tests import preloaded_python
 from tests.helpers import problems_text, run_check
 
 BY_NAME = {case.name: case for case in CASES}
@@ -24,7 +24,7 @@ def test_clean_algorithm_checks_pass_under_the_scalar_kernels(tmp_path):
     """Both checks on every algorithm case pass with ATEN_CPU_CAPABILITY=default (scalar kernels,
     where seeded randn takes another path)."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
+    done = preloaded_python.run(
         [
             sys.executable,
             "-m",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from cases.qwen3_vl import CASES as QWEN_CASES
 from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
 from harness.diagnosis.site_attribution import attribute, resolved_range
 from harness.pipeline import Pipeline
+from tests import preloaded_python
 from tests.helpers import CHECKS, outcome_counts, problems_text, run_clean_check
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,7 +132,7 @@ def test_the_check_does_not_touch_the_shared_tree():
 
 
 def test_explain_ranks_mask_add_first():
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "harness", "explain", "qwen3_vl_text_attention_prefill", "--top", "3"],
         cwd=REPO,
         capture_output=True,
@@ -149,7 +149,7 @@ def test_explain_ranks_mask_add_first():
 
 def test_explain_builds_a_sweep_variant_and_refuses_a_value_no_axis_declares():
     def explain(*args):
-        return subprocess.run(
+        return preloaded_python.run(
             [sys.executable, "-m", "harness", "explain", "llama_attention_prefill", *args],
             cwd=REPO,
             capture_output=True,
@@ -171,7 +171,7 @@ def test_clean_cases_pass_under_the_scalar_kernels(tmp_path):
         "attribution and tiny and (qwen3_vl_text_mlp or qwen3_vl_text_attention_prefill or nn_layernorm "
         "or gemma4_text_attention_prefill)"
     )
-    done = subprocess.run(
+    done = preloaded_python.run(
         [
             sys.executable,
             "-m",

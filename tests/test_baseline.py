@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from harness.golden import baseline
 from harness.golden import tensors as golden
+from tests import preloaded_python
 from tests.helpers import edit_golden
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ def _run(report: Path, golden_dir: Path, *extra: str) -> dict:
         f"--wrapq-report-dir={report}",
         *extra,
     ]
-    subprocess.run(cmd, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=600)
+    preloaded_python.run(cmd, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=600)
     doc = json.loads((report / "results.json").read_text())
     (record,) = [r for r in doc["results"] if r["check"] == "golden"]
     return {"record": record, "run": doc["run"]}

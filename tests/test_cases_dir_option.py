@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 from harness.checks import builtin_checks
+from tests import preloaded_python
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _pytest(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return preloaded_python.run(
         [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", *args],
         cwd=REPO,
         env=dict(os.environ),
@@ -74,7 +75,7 @@ def test_limits_for_a_new_case_paste_into_it_and_gate_its_accuracy(tmp_path):
     _pytest(
         f"--wrapq-cases-dir={cases}", "-k", "quant_accuracy or observer_use", f"--wrapq-report-dir={tmp_path / 'r'}"
     )
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "harness", "limits", "--case", "outside_linear", str(tmp_path / "r" / "results.json")],
         cwd=REPO,
         capture_output=True,
@@ -94,7 +95,7 @@ def test_limits_for_a_new_case_paste_into_it_and_gate_its_accuracy(tmp_path):
 def test_new_case_scaffolds_a_module_tico_does_not_wrap_and_it_runs_at_once(tmp_path):
     before = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
     out = tmp_path / "phi3_cases"
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "harness", "new-case", "Phi3MLP", "--out", str(out)],
         cwd=REPO,
         capture_output=True,

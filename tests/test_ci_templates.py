@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from tests import preloaded_python
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / "examples" / "ci").glob("*.yml"))
 ACTIONLINT = ROOT / "tools" / "actionlint"
@@ -50,13 +52,13 @@ def test_every_script_and_harness_command_they_run_exists():
     scripts = {m for c in commands for m in re.findall(r"\./(scripts/[\w./-]+)", c)}
     assert scripts and all((ROOT / s).is_file() for s in scripts), scripts
     harness = {m for c in commands for m in re.findall(r"python -m harness (\w[\w-]*)", c)}
-    listed = subprocess.run([sys.executable, "-m", "harness"], cwd=ROOT, capture_output=True, text=True).stdout
+    listed = preloaded_python.run([sys.executable, "-m", "harness"], cwd=ROOT, capture_output=True, text=True).stdout
     assert harness and all(re.search(rf"^  {name}\b", listed, re.M) for name in harness), (harness, listed)
 
 
 def test_every_pytest_option_they_pass_is_known():
     options = {m for c in _commands() if " pytest " in f" {c} " for m in re.findall(r"(?<![\w-])(--[\w-]+)", c)}
-    helptext = subprocess.run(
+    helptext = preloaded_python.run(
         [sys.executable, "-m", "pytest", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
     ).stdout
     unknown = sorted(o for o in options if not re.search(rf"(^|[\s,]){re.escape(o)}\b", helptext, re.M))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 
 from harness.__main__ import main
 from harness.commands import available, load
+from tests import preloaded_python
 
 
 def test_every_command_module_defines_help_and_main():
@@ -39,5 +39,7 @@ def test_command_arguments_reach_the_tool():
 
 
 def test_runs_as_a_module():
-    done = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, timeout=120)
+    done = preloaded_python.run(
+        [sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and "commands:" in done.stdout

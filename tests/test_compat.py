@@ -3,13 +3,13 @@ one place, and a missing one is a loud error at startup, not a slow or hanging r
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
 from harness import compat
+from tests import preloaded_python
 from tests.helpers import PINNED
 
 
@@ -61,7 +61,7 @@ def test_the_plugin_refuses_to_start_without_a_required_api(tmp_path):
     """)
     )
     (tmp_path / "pytest.ini").write_text("[pytest]\nwrapq_cases_dir = cases\n")
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=tmp_path,
         capture_output=True,

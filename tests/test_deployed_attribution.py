@@ -6,7 +6,6 @@ gap is already closed (also under torch's scalar kernels)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from cases.qwen3_vl import CASES as QWEN_CASES
 from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
 from harness.diagnosis.deployed_attribution import deployed_attribution
 from harness.pipeline import Pipeline
+from tests import preloaded_python
 
 REPO = Path(__file__).resolve().parents[1]
 MLP = next(c for c in QWEN_CASES + QWEN_TEXT_CASES if c.name == "qwen3_vl_text_mlp")
@@ -56,7 +56,7 @@ def test_a_fake_quant_dropped_from_the_exported_graph_is_named(monkeypatch):
 
 def test_explain_deployed_on_clean_tico_under_the_scalar_kernels():
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "harness", "explain", "qwen3_vl_text_mlp", "--top", "3", "--deployed"],
         cwd=REPO,
         env=env,

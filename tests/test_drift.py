@@ -7,6 +7,7 @@ import json
 import textwrap
 
 from harness.tico_facts.drift import describe_moves, read_pins, version_moves
+from tests import preloaded_python
 from tests.helpers import PINNED
 
 DRIFT_CASES = """
@@ -45,7 +46,7 @@ def _project(pytester):
 
 def test_failures_are_labelled_drift_with_versions_and_error(pytester):
     project = _project(pytester)
-    result = project.runpytest_subprocess("-p", "no:xdist", "--drift", "-k", "quant_accuracy or noquant_parity")
+    result = preloaded_python.runpytest(project, "-p", "no:xdist", "--drift", "-k", "quant_accuracy or noquant_parity")
     out = result.stdout.str()
     assert "wrapq drift" in out and f"transformers 5.0.0 -> {PINNED['transformers']}" in out
     doc = json.loads((project.path / "reports" / "results.json").read_text())
@@ -66,7 +67,7 @@ def test_failures_are_labelled_drift_with_versions_and_error(pytester):
 
 def test_without_drift_mode_nothing_is_labelled(pytester):
     project = _project(pytester)
-    project.runpytest_subprocess("-p", "no:xdist", "-k", "too_strict and quant_accuracy")
+    preloaded_python.runpytest(project, "-p", "no:xdist", "-k", "too_strict and quant_accuracy")
     doc = json.loads((project.path / "reports" / "results.json").read_text())
     assert "drift" not in doc["run"] and not any("drift" in r for r in doc["results"])
 

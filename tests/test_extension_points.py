@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from harness.report import dashboard
+from tests import preloaded_python
 from tests.test_plugin import INI, TOY_CASES
 
 TOY_CHECK_PLUGIN = """
@@ -70,7 +71,9 @@ def toy_project(pytester):
 
 
 def test_a_plugin_check_runs_everywhere_without_editing_the_harness(toy_project):
-    result = toy_project.runpytest_subprocess("-p", "toy_check_plugin", "-k", "toy_output_range", "--profile", "tiny")
+    result = preloaded_python.runpytest(
+        toy_project, "-p", "toy_check_plugin", "-k", "toy_output_range", "--profile", "tiny"
+    )
     # toy_linear passes with the default limit; toy_strict's own setting fails it; the two
     # unavailable toy cases skip with their reasons.
     result.assert_outcomes(passed=1, failed=1, skipped=2)
@@ -110,7 +113,7 @@ def test_a_setting_the_check_does_not_declare_is_a_definition_error(toy_project)
     (toy_project.path / "cases" / "strict.py").write_text(
         textwrap.dedent(STRICT_CASE).replace('"max_abs"', '"max_abz"')
     )
-    result = toy_project.runpytest_subprocess("-p", "toy_check_plugin", "-k", "strict")
+    result = preloaded_python.runpytest(toy_project, "-p", "toy_check_plugin", "-k", "strict")
     result.assert_outcomes(failed=1)
     assert (
         "case 'toy_strict': field \"settings['toy_output_range']\": toy_output_range has no setting 'max_abz' "
@@ -119,7 +122,7 @@ def test_a_setting_the_check_does_not_declare_is_a_definition_error(toy_project)
 
 
 def test_without_the_plugin_its_settings_name_no_check(toy_project):
-    result = toy_project.runpytest_subprocess("-k", "strict")
+    result = preloaded_python.runpytest(toy_project, "-k", "strict")
     result.assert_outcomes(failed=1)
     assert "case 'toy_strict': field 'settings': names no check: toy_output_range" in result.stdout.str()
 

@@ -25,6 +25,7 @@ from harness.tico_facts.findings_data import (
     registry,
 )
 from harness.tico_facts.tico_identity import package_dir, source_fingerprint
+from tests import preloaded_python
 
 
 def _in_tree_expectations():
@@ -304,7 +305,7 @@ def test_review_mode_through_pytest(pytester, recorded):
     )
     pytester.makeini("[pytest]\ntestpaths = cases\nwrapq_cases_dir = cases\n")
     (pytester.mkpydir("cases") / "toy.py").write_text(textwrap.dedent(CASES))
-    result = pytester.runpytest_subprocess("-p", "no:xdist", "-k", "quant_accuracy or observer_use")
+    result = preloaded_python.runpytest(pytester, "-p", "no:xdist", "-k", "quant_accuracy or observer_use")
     doc = json.loads((pytester.path / "reports" / "results.json").read_text())
     outcomes = {f"{r['case']}::{r['check']}": r["outcome"] for r in doc["results"] if r["case"]}
     if recorded:

@@ -4,7 +4,6 @@ cause together, which leave-one-out attribution reads as 0 dB for each."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import torch
 
 from harness.diagnosis.group_ablation import GroupError, ablate_groups, parse_group, select_sites
 from harness.diagnosis.site_attribution import attribute
+from tests import preloaded_python
 
 REPO = Path(__file__).resolve().parents[1]
 PROBABILITIES = ["*obs_softmax", "*obs_attn_weights"]  # llama's two fake-quants of the attention probabilities
@@ -62,7 +62,7 @@ def test_a_pattern_selecting_no_site_is_an_error_not_a_zero_gain():
 
 def test_explain_prints_the_group_table_and_refuses_an_unmatched_pattern():
     def explain(*args):
-        return subprocess.run(
+        return preloaded_python.run(
             [sys.executable, "-m", "harness", "explain", "llama_attention_prefill", *args],
             cwd=REPO,
             capture_output=True,

@@ -10,6 +10,7 @@ import pytest
 
 from harness import Case
 from harness.checks import all_checks
+from tests import preloaded_python
 from tests.helpers import PINNED
 
 N_CHECKS = len(all_checks())
@@ -58,7 +59,6 @@ addopts = -p no:cacheprovider
 @pytest.fixture(scope="module")
 def toy_goldens(tmp_path_factory):
     """Goldens for the toy cases, written once through the real --update-golden path."""
-    import subprocess
     import sys
 
     root = tmp_path_factory.mktemp("toy_goldens")
@@ -66,7 +66,7 @@ def toy_goldens(tmp_path_factory):
     (root / "cases").mkdir()
     (root / "cases" / "__init__.py").write_text("")
     (root / "cases" / "toy.py").write_text(textwrap.dedent(TOY_CASES))
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "pytest", "-q", "-k", "golden", "--update-golden", "--profile", "all"],
         cwd=root,
         capture_output=True,
@@ -93,18 +93,18 @@ def _results(pytester) -> dict:
 
 
 def test_collection_ids_are_readable(project):
-    result = project.runpytest_subprocess("--collect-only", "-q")
+    result = preloaded_python.runpytest(project, "--collect-only", "-q")
     lines = [line for line in result.outlines if "::" in line]
     assert "cases/toy.py::toy_linear[tiny]::quant_accuracy" in lines
     assert "cases/toy.py::toy_linear[tiny]::rotary_parity" in lines
     # Only the default profile is collected unless asked.
     assert not any("[wide]" in line for line in lines)
-    result = project.runpytest_subprocess("--collect-only", "-q", "--profile", "wide")
+    result = preloaded_python.runpytest(project, "--collect-only", "-q", "--profile", "wide")
     assert any(line == "cases/toy.py::toy_linear[wide]::noquant_parity" for line in result.outlines)
 
 
 def test_skip_reasons_and_results_json(project):
-    result = project.runpytest_subprocess("-rs")
+    result = preloaded_python.runpytest(project, "-rs")
     result.assert_outcomes(passed=LINEAR_APPLICABLE, skipped=3 * N_CHECKS - LINEAR_APPLICABLE)
     out = result.stdout.str()
     assert "not applicable: case 'toy_linear' declares no export capability" in out
@@ -138,7 +138,7 @@ def test_second_case_directory_and_golden_kept_for_tiny_only(pytester):
                       settings={"quant_accuracy": {"max_peir": 0.3}})]
     """)
     (pytester.path / "extra" / "cases" / "nightly.py").write_text(nightly)
-    result = pytester.runpytest_subprocess("--profile", "wide", "-k", "golden or quant_accuracy", "-rs")
+    result = preloaded_python.runpytest(pytester, "--profile", "wide", "-k", "golden or quant_accuracy", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     assert "keeps goldens for profile(s) tiny only; the wide profile is gated by its thresholds" in result.stdout.str()
     outcomes = {r["nodeid"]: r["outcome"] for r in _results(pytester)["results"]}
@@ -156,7 +156,7 @@ def test_golden_profiles_must_be_listed_profiles():
 
 
 def test_xdist_results_are_merged_on_the_controller(project):
-    result = project.runpytest_subprocess("-n", "2", "-v", "--profile", "tiny", "--profile", "wide")
+    result = preloaded_python.runpytest(project, "-n", "2", "-v", "--profile", "tiny", "--profile", "wide")
     # toy_linear runs in both profiles; the two unavailable cases list only "tiny".
     result.assert_outcomes(
         passed=LINEAR_APPLICABLE + WIDE_APPLICABLE,
@@ -188,7 +188,7 @@ def test_xdist_results_are_merged_on_the_controller(project):
 
 def test_history_flag_appends_each_run(project):
     for _ in range(2):
-        project.runpytest_subprocess("-k", "toy_linear and tiny and quant_accuracy", "--history")
+        preloaded_python.runpytest(project, "-k", "toy_linear and tiny and quant_accuracy", "--history")
     import sqlite3
 
     con = sqlite3.connect(project.path / "reports" / "history.sqlite")
@@ -200,7 +200,7 @@ def test_failing_check_reports_clear_message(project):
     (project.path / "cases" / "strict.py").write_text(
         textwrap.dedent(TOY_CASES).replace('"max_peir": 0.3', '"max_peir": 1e-9').replace('"toy_', '"strict_')
     )
-    result = project.runpytest_subprocess("-k", "strict_linear and tiny and quant_accuracy")
+    result = preloaded_python.runpytest(project, "-k", "strict_linear and tiny and quant_accuracy")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "quant_accuracy failed for strict_linear[tiny]:" in out
@@ -219,7 +219,7 @@ def test_malformed_case_fails_alone_with_case_and_field(project):
             """
         )
     )
-    result = project.runpytest_subprocess("-k", "broken or (toy_linear and tiny and quant_accuracy)")
+    result = preloaded_python.runpytest(project, "-k", "broken or (toy_linear and tiny and quant_accuracy)")
     # One definition item per bad setting; the case's checks are not run on settings that do not exist.
     result.assert_outcomes(passed=1, failed=2)
     out = result.stdout.str()
@@ -235,7 +235,7 @@ def test_malformed_case_fails_alone_with_case_and_field(project):
 
 def test_duplicate_case_names_fail_both_copies(project):
     (project.path / "cases" / "copy.py").write_text(textwrap.dedent(TOY_CASES))
-    result = project.runpytest_subprocess("-k", "toy_linear and tiny and noquant_parity")
+    result = preloaded_python.runpytest(project, "-k", "toy_linear and tiny and noquant_parity")
     result.assert_outcomes(failed=2)
     out = result.stdout.str()
     assert "case 'toy_linear': field 'name': duplicate case name, also defined in toy.py" in out
@@ -254,7 +254,7 @@ def test_crashing_wrapper_names_the_stage(project):
             """
         )
     )
-    result = project.runpytest_subprocess("-k", "crashy or (toy_linear and tiny)")
+    result = preloaded_python.runpytest(project, "-k", "crashy or (toy_linear and tiny)")
     crashy_applicable = LINEAR_APPLICABLE
     result.assert_outcomes(
         passed=LINEAR_APPLICABLE, failed=crashy_applicable, skipped=2 * (N_CHECKS - LINEAR_APPLICABLE)
@@ -271,7 +271,9 @@ def test_update_golden_writes_at_the_end_and_says_what_it_rewrote(project):
     (golden_dir / "toy_linear.tiny.json").unlink()
     (golden_dir / "toy_linear.tiny.safetensors").unlink()
     (golden_dir / "renamed_case.tiny.json").write_text("{}")  # its case is gone
-    result = project.runpytest_subprocess("-k", "toy_linear and golden", "--update-golden=fail", "--profile", "all")
+    result = preloaded_python.runpytest(
+        project, "-k", "toy_linear and golden", "--update-golden=fail", "--profile", "all"
+    )
     result.assert_outcomes(failed=1, passed=1)  # tiny is new: fails; wide is identical: passes
     out = result.stdout.str()
     assert "rewritten at the end of the run (new: " in out and "--update-golden=fail: a rewrite never passes" in out
@@ -282,6 +284,6 @@ def test_update_golden_writes_at_the_end_and_says_what_it_rewrote(project):
     # -k narrows the items, not the case files: orphans are still told (every case file was collected)
     assert doc["run"]["orphan_goldens"] == ["renamed_case.tiny"]
     assert "wrapq orphan goldens" in out and "renamed_case.tiny" in out
-    again = project.runpytest_subprocess("-k", "toy_linear and golden", "--update-golden", "--profile", "all")
+    again = preloaded_python.runpytest(project, "-k", "toy_linear and golden", "--update-golden", "--profile", "all")
     again.assert_outcomes(passed=2)
     assert "(unchanged: identical tensors)" in _results(project)["results"][0]["notes"][0]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import preloaded_python
 from tests.helpers import outcome_counts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +43,7 @@ def _golden_run(
     if defect:
         env["WRAPQ_SEEDED_DEFECT"] = defect
         cmd += ["-p", "tests.seeded_defect_plugin"]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    return preloaded_python.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 
 
 @pytest.mark.parametrize("capability", ["default", "avx2"])

@@ -17,6 +17,7 @@ from harness import Expected
 from harness.model.case import CaseDefinitionError
 from harness.model.expectations import judge
 from harness.primitives.tensor_compare import compare_close
+from tests import preloaded_python
 from tests.helpers import problems_text, run_check
 
 NN_LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
@@ -127,7 +128,7 @@ def _outcomes(pytester) -> dict[str, str]:
 
 
 def test_expectations_and_case_keys_through_pytest(project):
-    result = project.runpytest_subprocess("-p", "no:xdist", "-k", "quant_accuracy or definition")
+    result = preloaded_python.runpytest(project, "-p", "no:xdist", "-k", "quant_accuracy or definition")
     outcomes = _outcomes(project)
     assert outcomes["expected_only::quant_accuracy"] == "xfailed"
     assert outcomes["extra_problem::quant_accuracy"] == "failed"
@@ -139,25 +140,27 @@ def test_expectations_and_case_keys_through_pytest(project):
 
 
 def test_last_failed_selects_the_failing_items_only(project):
-    project.runpytest_subprocess("-p", "no:xdist", "-k", "quant_accuracy")
-    rerun = project.runpytest_subprocess("-p", "no:xdist", "--lf", "-k", "quant_accuracy")
+    preloaded_python.runpytest(project, "-p", "no:xdist", "-k", "quant_accuracy")
+    rerun = preloaded_python.runpytest(project, "-p", "no:xdist", "--lf", "-k", "quant_accuracy")
     rerun.assert_outcomes(failed=2)
 
 
 def test_markers_select_by_check_family_and_profile(project):
-    by_check = project.runpytest_subprocess("-p", "no:xdist", "--collect-only", "-q", "-m", "lifecycle and toy")
+    by_check = preloaded_python.runpytest(project, "-p", "no:xdist", "--collect-only", "-q", "-m", "lifecycle and toy")
     lines = [line for line in by_check.stdout.lines if "::" in line]
     assert len(lines) == 3 and all(line.endswith("::lifecycle") for line in lines)
     assert (
-        project.runpytest_subprocess(
-            "-p", "no:xdist", "--collect-only", "-q", "-m", "other and tiny", "--strict-markers"
+        preloaded_python.runpytest(
+            project, "-p", "no:xdist", "--collect-only", "-q", "-m", "other and tiny", "--strict-markers"
         ).ret
         == 0
     )
 
 
 def test_junit_carries_scalars_not_the_record(project):
-    project.runpytest_subprocess("-p", "no:xdist", "-k", "expected_only and quant_accuracy", "--junitxml=junit.xml")
+    preloaded_python.runpytest(
+        project, "-p", "no:xdist", "-k", "expected_only and quant_accuracy", "--junitxml=junit.xml"
+    )
     props = [(p.get("name"), p.get("value")) for p in ET.parse(project.path / "junit.xml").iter("property")]
     assert ("wrapq.peir" in dict(props)) and all(len(value) < 40 for _, value in props), props
 
@@ -165,12 +168,11 @@ def test_junit_carries_scalars_not_the_record(project):
 def test_existing_report_dir_given_with_a_space_is_refused_not_misread(tmp_path):
     """pytest would take the existing directory as its rootdir and collect tests/ instead of the
     cases; the plugin refuses with the fix instead of running the wrong thing."""
-    import subprocess
     import sys
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "--wrapq-report-dir", str(tmp_path)],
         cwd=repo,
         capture_output=True,
@@ -178,7 +180,7 @@ def test_existing_report_dir_given_with_a_space_is_refused_not_misread(tmp_path)
         timeout=300,
     )
     assert done.returncode != 0 and "write path options as '--wrapq-report-dir=DIR'" in done.stderr + done.stdout
-    fixed = subprocess.run(
+    fixed = preloaded_python.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", f"--wrapq-report-dir={tmp_path}"],
         cwd=repo,
         capture_output=True,

@@ -6,7 +6,6 @@ pass under another kernel selection; an unrelated problem is never swallowed by 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from cases._shared_diagnoses import replaced_qparams
 from cases.nn import CASES as NN_CASES
 from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
 from harness.model.expectations import judge
+from tests import preloaded_python
 from tests.helpers import outcome_counts, problems_text, run_check, run_clean_check
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,7 +92,7 @@ def test_an_unrelated_replacement_is_not_swallowed_by_the_diagnosis():
 def test_clean_cases_pass_under_the_scalar_kernels(tmp_path):
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
     selection = "(qparam_consistency or circle_replay) and (nn_linear or nn_conv3d or qwen3_vl_text_attention_prefill)"
-    done = subprocess.run(
+    done = preloaded_python.run(
         [
             sys.executable,
             "-m",

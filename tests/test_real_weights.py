@@ -30,6 +30,7 @@ from harness.model import real_weights as rw
 from harness.model.case import _probe
 from harness.model.case_loading import cases_of
 from harness.pipeline import Pipeline
+from tests import preloaded_python
 from tests.helpers import CHECKS
 
 needs_weights = pytest.mark.skipif(rw.unavailable_reason() is not None, reason=f"{rw.unavailable_reason()}")
@@ -198,13 +199,12 @@ def test_percentile_clipping_fails_the_language_model_metrics(monkeypatch):
 def test_clean_language_model_metrics_pass_under_the_scalar_kernels(tmp_path):
     """lm_quality's limits hold on another kernel selection (measured native and scalar)."""
     import os
-    import subprocess
     import sys
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(repo)}
-    done = subprocess.run(
+    done = preloaded_python.run(
         [
             sys.executable,
             "-m",

@@ -15,6 +15,7 @@ import torch
 
 from harness import Built, Case, CaseInputs, ExportCapability, Sample
 from harness.pipeline import Pipeline, RunSettings, StageError
+from tests import preloaded_python
 from tests.helpers import CHECKS, problems_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,7 +161,7 @@ def session_project(tmp_path):
 
 
 def test_dying_worker_and_hung_stage_fail_alone(session_project):
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "pytest", "-n", "2", "--stage-timeout", "10", "-k", "noquant_parity or quant_accuracy"],
         cwd=session_project,
         capture_output=True,
@@ -205,7 +206,7 @@ def test_concurrent_update_golden_leaves_valid_files(session_project):
     for proc in procs:
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out[-2000:]
-    check = subprocess.run(
+    check = preloaded_python.run(
         [sys.executable, "-m", "pytest", "-q", "-k", "golden"],
         cwd=session_project,
         capture_output=True,
@@ -268,7 +269,7 @@ def test_matrix_metrics_and_goldens_identical_serial_and_parallel(tmp_path):
     runs, goldens = {}, {}
     for label, dist in (("serial", ["-p", "no:xdist"]), ("parallel", ["-n", "2"])):
         report_dir = tmp_path / label
-        done = subprocess.run(
+        done = preloaded_python.run(
             [
                 sys.executable,
                 "-m",

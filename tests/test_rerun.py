@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 from harness.records import rerun
+from tests import preloaded_python
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _collected(command: str) -> list[str]:
     args = shlex.split(command.removeprefix("./scripts/env.sh pytest "))
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", *args],
         cwd=REPO,
         env=dict(os.environ),

@@ -9,7 +9,6 @@ import copy
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from harness.__main__ import main
 from harness.records import rerun
 from harness.report import comparison_report, run_compare
+from tests import preloaded_python
 from tests.report_fixture import HOSTILE, results_doc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -254,7 +254,7 @@ REAL_SELECTION = "nn_linear and (quant_accuracy or golden or noquant_parity)"
 @pytest.fixture(scope="module")
 def real_results(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("real")
-    done = subprocess.run(
+    done = preloaded_python.run(
         [
             sys.executable,
             "-m",

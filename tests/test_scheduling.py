@@ -16,6 +16,7 @@ from harness.run.scheduling import (
     parse_shard,
     write_durations,
 )
+from tests import preloaded_python
 from tests.test_plugin import project, toy_goldens  # noqa: F401 - pytest fixtures
 
 DURATIONS = {"a[tiny]": 30.0, "b[tiny]": 5.0, "c[tiny]": 20.0, "d[tiny]": 12.0, "e[tiny]": 11.0}
@@ -61,7 +62,7 @@ def test_collection_is_longest_first_from_the_durations_file(project):
     (project.path / "case_durations.json").write_text(
         json.dumps({"groups": {"toy_linear[tiny]": 1.0, "toy_future[tiny]": 9.0, "toy_missing[tiny]": 5.0}})
     )
-    result = project.runpytest_subprocess("--collect-only", "-q")
+    result = preloaded_python.runpytest(project, "--collect-only", "-q")
     order = []
     for line in result.outlines:
         if "::" in line and (group := line.split("::")[1]) not in order:
@@ -73,11 +74,11 @@ def test_two_shards_merged_equal_one_run(project):
     (project.path / "case_durations.json").write_text(
         json.dumps({"groups": {"toy_linear[tiny]": 9.0, "toy_future[tiny]": 1.0, "toy_missing[tiny]": 1.0}})
     )
-    project.runpytest_subprocess("-p", "no:xdist", "--wrapq-report-dir", "whole")
+    preloaded_python.runpytest(project, "-p", "no:xdist", "--wrapq-report-dir", "whole")
     shards = []
     for index in (1, 2):
-        result = project.runpytest_subprocess(
-            "-p", "no:xdist", "--shard", f"{index}/2", "--wrapq-report-dir", f"s{index}"
+        result = preloaded_python.runpytest(
+            project, "-p", "no:xdist", "--shard", f"{index}/2", "--wrapq-report-dir", f"s{index}"
         )
         assert "deselected" in result.stdout.str()
         shards.append(json.loads((project.path / f"s{index}" / "results.json").read_text()))
@@ -98,6 +99,6 @@ def test_two_shards_merged_equal_one_run(project):
 
 
 def test_record_durations_writes_the_groups_that_ran(project):
-    project.runpytest_subprocess("-p", "no:xdist", "-k", "toy_linear", "--record-durations")
+    preloaded_python.runpytest(project, "-p", "no:xdist", "-k", "toy_linear", "--record-durations")
     recorded = load_durations(project.path / "case_durations.json")
     assert set(recorded) == {"toy_linear[tiny]"} and recorded["toy_linear[tiny]"] > 0

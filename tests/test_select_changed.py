@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 from harness.checks import builtin_checks
 from harness.tico_facts import tico_sources
+from tests import preloaded_python
 from tests.tico_tree import copy_tico, edit, installed_tico, run_harness
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ def _collect(tmp_path: Path, head: Path | None, *options: str) -> tuple[int, set
     report = tmp_path / f"report-{len(list(tmp_path.glob('report-*')))}"
     path = [str(head)] if head else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([*path, str(REPO)]))
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", f"--wrapq-report-dir={report}",
          *SELECTION, *options],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from tico.quantization.wrapq.wrappers.llama.quant_model_for_causal_lm import Qua
 
 from cases.spinquant_llama import CASES
 from harness.checks.rotation_handoff import _same_up_to_scale
+from tests import preloaded_python
 from tests.helpers import problems_text, run_check, run_clean_check
 
 SPIN = {case.name: case for case in CASES}
@@ -108,7 +108,7 @@ def test_clean_spinquant_cases_pass_under_the_scalar_kernels(tmp_path):
     """Every check of the SpinQuant cases -- the handoff gates, the limits, the goldens -- holds on
     ATEN_CPU_CAPABILITY=default (measured native and scalar)."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
+    done = preloaded_python.run(
         [
             sys.executable,
             "-m",

@@ -11,6 +11,7 @@ import pytest
 
 from harness import Case, Sweep
 from harness.model.sweep import SweepError, validate, variants
+from tests import preloaded_python
 
 
 def _build(profile, kv_heads=1, layout="batched"):
@@ -194,7 +195,7 @@ def _ids(result) -> list[str]:
 
 
 def test_variant_ids_keep_the_declared_case_and_select_with_k_and_m(swept):
-    ids = _ids(swept.runpytest_subprocess("--collect-only", "-q"))
+    ids = _ids(preloaded_python.runpytest(swept, "--collect-only", "-q"))
     groups = sorted({i.rsplit("::", 1)[0] for i in ids})
     assert groups == [
         "cases/toy.py::toy_attention[tiny,heads=4,kv_heads=2]",
@@ -203,27 +204,32 @@ def test_variant_ids_keep_the_declared_case_and_select_with_k_and_m(swept):
     ]
     assert "cases/toy.py::toy_attention[tiny,kv_heads=2]::noquant_parity" in ids
     nightly = {
-        i.rsplit("::", 1)[0] for i in _ids(swept.runpytest_subprocess("--collect-only", "-q", "--sweep", "nightly"))
+        i.rsplit("::", 1)[0]
+        for i in _ids(preloaded_python.runpytest(swept, "--collect-only", "-q", "--sweep", "nightly"))
     }
     assert "cases/toy.py::toy_attention[tiny,heads=4]" in nightly and len(nightly) == 4
-    off = {i.rsplit("::", 1)[0] for i in _ids(swept.runpytest_subprocess("--collect-only", "-q", "--sweep", "off"))}
+    off = {
+        i.rsplit("::", 1)[0] for i in _ids(preloaded_python.runpytest(swept, "--collect-only", "-q", "--sweep", "off"))
+    }
     assert off == {"cases/toy.py::toy_attention[tiny]"}
     # -k matches the axis in the id; -m sweep(...) selects by value (the baseline carries its values too).
     # (-k's grammar has no '=' or ',': it matches an axis name as a substring of the id)
-    by_k = _ids(swept.runpytest_subprocess("--collect-only", "-q", "-k", "kv_heads and noquant_parity"))
+    by_k = _ids(preloaded_python.runpytest(swept, "--collect-only", "-q", "-k", "kv_heads and noquant_parity"))
     assert by_k == [
         "cases/toy.py::toy_attention[tiny,heads=4,kv_heads=2]::noquant_parity",
         "cases/toy.py::toy_attention[tiny,kv_heads=2]::noquant_parity",
     ]
-    by_m = _ids(swept.runpytest_subprocess("--collect-only", "-q", "-m", "sweep(kv_heads=1) and lifecycle"))
+    by_m = _ids(preloaded_python.runpytest(swept, "--collect-only", "-q", "-m", "sweep(kv_heads=1) and lifecycle"))
     assert by_m == ["cases/toy.py::toy_attention[tiny]::lifecycle"]
-    by_m = _ids(swept.runpytest_subprocess("--collect-only", "-q", "-m", "sweep(heads=4) and lifecycle"))
+    by_m = _ids(preloaded_python.runpytest(swept, "--collect-only", "-q", "-m", "sweep(heads=4) and lifecycle"))
     assert by_m == ["cases/toy.py::toy_attention[tiny,heads=4,kv_heads=2]::lifecycle"]
 
 
 def test_seeded_gqa_defect_fails_only_the_grouped_variant_and_groups_stay_on_one_worker(swept):
     swept.makeconftest(GQA_DEFECT_CONFTEST)
-    result = swept.runpytest_subprocess("-n", "2", "-v", "-k", "noquant_parity or lifecycle or (golden and kv_heads)")
+    result = preloaded_python.runpytest(
+        swept, "-n", "2", "-v", "-k", "noquant_parity or lifecycle or (golden and kv_heads)"
+    )
     doc = json.loads((swept.path / "reports" / "results.json").read_text())
     outcomes = {r["nodeid"].split("::", 1)[1]: r["outcome"] for r in doc["results"]}
     failed = sorted(k for k, v in outcomes.items() if v == "failed")
@@ -253,7 +259,7 @@ def test_seeded_gqa_defect_fails_only_the_grouped_variant_and_groups_stay_on_one
 
 def test_clean_tico_passes_every_variant_under_scalar_kernels(swept, monkeypatch):
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
-    result = swept.runpytest_subprocess("-k", "noquant_parity or lifecycle")
+    result = preloaded_python.runpytest(swept, "-k", "noquant_parity or lifecycle")
     result.assert_outcomes(passed=6)
 
 
@@ -263,7 +269,7 @@ def test_a_malformed_sweep_is_a_definition_item_and_other_cases_run(swept):
         .replace('pr=("kv_heads=2", "heads=4,kv_heads=2")', 'pr=("kv_heads=3",)')
         .replace('"toy_attention"', '"bad_attention"')
     )
-    result = swept.runpytest_subprocess("-k", "bad or (toy_attention and lifecycle)")
+    result = preloaded_python.runpytest(swept, "-k", "bad or (toy_attention and lifecycle)")
     result.assert_outcomes(passed=3, failed=1)
     out = result.stdout.str()
     assert "cases/bad.py::<definition:bad_attention.sweep.pr>" in out

@@ -5,16 +5,17 @@ failures are one line per finding, and a green run stays small (the whole matrix
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+from tests import preloaded_python
 
 REPO = Path(__file__).resolve().parents[1]
 SELECTION = "nn_linear or llama_attention_decode or gemma4_text_mlp"
 
 
 def test_a_green_selection_prints_narrow_sections_and_one_line_per_expected_failure(tmp_path):
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "pytest", "-p", "no:xdist", "-k", SELECTION, f"--wrapq-report-dir={tmp_path}"],
         cwd=REPO,
         env=dict(os.environ),
@@ -51,7 +52,7 @@ def test_a_failed_stage_prints_its_traceback_once_and_the_other_items_point_to_i
     cases = tmp_path / "cases_here"
     cases.mkdir()
     (cases / "broken_case.py").write_text(BROKEN_CASE)
-    done = subprocess.run(
+    done = preloaded_python.run(
         [
             sys.executable,
             "-m",

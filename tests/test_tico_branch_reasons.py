@@ -14,6 +14,7 @@ import pytest
 
 from harness.tico_facts import branch_coverage, branch_reasons, tico_identity
 from harness.tico_facts.branch_reasons import Branch, Reason
+from tests import preloaded_python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -148,7 +149,7 @@ def test_the_command_checks_reasons_and_exits_1_on_a_problem(tmp_path):
         "scope_totals": branch_coverage.totals({}),
     }
     (tmp_path / branch_coverage.SUMMARY_NAME).write_text(json.dumps(summary))
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "harness", "tico-coverage", str(tmp_path), "--check-reasons"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

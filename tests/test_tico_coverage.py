@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.tico_facts import branch_coverage, tico_diff
+from tests import preloaded_python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ def measured(tmp_path_factory) -> Path:
     """nn_linear's quant_accuracy and circle_structure items (the case and its PR sweep variants) on two
     xdist workers, measured."""
     report = tmp_path_factory.mktemp("cov") / "reports"
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "--tico-coverage",
          "-k", "nn_linear and (quant_accuracy or circle_structure)", f"--wrapq-report-dir={report}"],
         cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=900,
@@ -91,7 +91,7 @@ def test_each_item_reaches_what_it_ran_and_what_computing_the_stages_it_reads_ra
 
 
 def test_the_command_reports_totals_classes_and_uncovered_branches(measured):
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "harness", "tico-coverage", str(measured), "--families", "--classes",
          "--uncovered", "3"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
@@ -102,7 +102,7 @@ def test_the_command_reports_totals_classes_and_uncovered_branches(measured):
     assert any(line.startswith("nn ") for line in done.stdout.splitlines())  # the nn family's row
     assert "reachable wrapper branches: " in done.stdout and "reachable run" in done.stdout
     assert "uncovered branch(es) in quantization/wrapq/wrappers" in done.stdout
-    missing = subprocess.run(
+    missing = preloaded_python.run(
         [sys.executable, "-m", "harness", "tico-coverage", str(measured / "nowhere")],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -202,7 +202,7 @@ def test_a_measurement_that_cannot_be_combined_loses_no_result(tmp_path):
         "branch_coverage.combine = combine\n"
     )
     report = tmp_path / "reports"
-    done = subprocess.run(
+    done = preloaded_python.run(
         [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-p", "broken_combine",
          "--tico-coverage", "-k", "nn_layernorm and quant_accuracy", f"--wrapq-report-dir={report}"],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=600,

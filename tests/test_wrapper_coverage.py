@@ -14,6 +14,7 @@ import torch
 from harness.commands import _coverage_measure as coverage_measure
 from harness.model.case_loading import add_configured_import_roots, load_cases
 from harness.tico_facts import wrapper_coverage as wc
+from tests import preloaded_python
 
 # Cheap cases that between them have a root with children (RMSNorm, SiLU, MLP, attention
 # inside a decoder layer) and a tree with no root wrapper (the tied embedding, prepared child
@@ -205,7 +206,7 @@ def test_matrix_run_records_the_map_through_xdist(tmp_path, snapshot):
     cases = ("llama_mlp", "qwen3_vl_vision_patch_merger")
     selection = f"({' or '.join(cases)}) and (quant_accuracy or wrapper_registry)"
     env = dict(os.environ, PYTHONPATH=str(wc.ROOT))
-    run = subprocess.run(
+    run = preloaded_python.run(
         [
             sys.executable,
             "-m",

@@ -7,9 +7,10 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+from tests import preloaded_python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,6 +50,6 @@ def run_harness(tree: Path, tmp_path: Path, *selection: str) -> tuple[int, dict,
         f"--wrapq-report-dir={report}",
         *selection,
     ]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    done = preloaded_python.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     results = json.loads((report / "results.json").read_text())
     return done.returncode, results, done.stdout + done.stderr

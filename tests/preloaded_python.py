@@ -1,0 +1,159 @@
+"""``python -m <module> <args>`` for the harness tests' nested runs, started from a fork server that has
+the heavy third-party libraries imported already (tests/preload_server.py): a nested harness run
+spends about four seconds importing torch, transformers and the model modules before it does anything,
+and the tests start over a hundred of them.
+
+A request whose environment differs from the server's in a variable those imports may have read
+(a kernel selection, a hash seed, anything not in ``_LATE_READ``) runs as a plain subprocess instead,
+as does every request when the server cannot start or is not single-threaded: the answer is the
+same either way, only the time differs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_SERVER_SCRIPT = Path(__file__).with_name("preload_server.py")
+# Variables read when a run starts (by pytest, the harness, the case's tico), never by the preloaded
+# libraries' imports, so a request may set them to anything.
+_LATE_READ_PREFIXES = ("PYTEST_", "WRAPQ_")
+_LATE_READ = {"PYTHONPATH", "HOME", "USERPROFILE", "CI", "NO_COLOR", "FORCE_COLOR", "PY_COLORS", "COLUMNS", "LINES"}
+_LATE_READ |= {"NO_MKDOCS_2_WARNING", "PWD", "OLDPWD", "_"}
+# The server imports torch with one OpenMP thread: with torch's default (one per core) the import starts
+# a worker thread, and a process with threads must not fork. Every nested harness run sets one intra-op
+# thread itself (--torch-threads), so only a request that asks for another count runs as a subprocess.
+_SERVER_ONLY = {"OMP_NUM_THREADS": "1"}
+
+
+def _late_read(name: str) -> bool:
+    return name in _LATE_READ or name.startswith(_LATE_READ_PREFIXES)
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.env = {k: v for k, v in os.environ.items() if not _late_read(k)}
+        self.process = subprocess.Popen(
+            [sys.executable, str(_SERVER_SCRIPT)],
+            cwd=_SERVER_SCRIPT.parent,
+            env=self.env | _SERVER_ONLY,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self._pending = b""
+        try:
+            ready = self._read(timeout=300)
+        except RuntimeError:
+            ready = None
+        self.usable = bool(ready and ready.get("ready"))
+
+    def _read(self, timeout: float | None) -> dict | None:
+        """The server's next JSON line; None when it does not come within ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        fd = self.process.stdout.fileno()
+        while b"\n" not in self._pending:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0)
+            if not select.select([fd], [], [], wait)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise RuntimeError(f"the preload fork server ended (exit {self.process.wait()})")
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def serves(self, env: dict[str, str]) -> bool:
+        if not self.usable or self.process.poll() is not None:
+            return False
+        if any(env.get(k, v) != v for k, v in _SERVER_ONLY.items()):
+            return False
+        names = (set(env) | set(self.env)) - set(_SERVER_ONLY)
+        return all(env.get(k) == self.env.get(k) for k in names if not _late_read(k))
+
+    def run(self, request: dict, timeout: float | None) -> int:
+        self.process.stdin.write((json.dumps(request) + "\n").encode())
+        self.process.stdin.flush()
+        started = self._read(timeout=60)
+        if started is None:
+            self.usable = False
+            raise RuntimeError("the preload fork server did not start the run")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = self._read(None if deadline is None else deadline - time.monotonic())
+        if done is None:
+            try:
+                os.killpg(started["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._read(timeout=60)
+            raise subprocess.TimeoutExpired(request["command"], timeout)
+        return done["returncode"]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            self.process.wait(timeout=60)
+
+
+_server: _Server | None = None
+
+
+def _server_for(env: dict[str, str]) -> _Server | None:
+    global _server
+    if _server is None:
+        _server = _Server()
+        atexit.register(_server.close)
+    return _server if _server.serves(env) else None
+
+
+def run(
+    command: list[str],
+    *,
+    cwd: str | os.PathLike | None = None,
+    env: dict[str, str] | None = None,
+    capture_output: bool = False,
+    text: bool = False,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, ...)`` for a ``[sys.executable, "-m", module, *args]`` command whose output
+    is captured as text; the same result, from a preloaded fork where the environment allows."""
+    if command[:2] != [sys.executable, "-m"] or len(command) < 3 or not (capture_output and text):
+        raise ValueError("preloaded_python.run takes [sys.executable, '-m', module, ...] with captured text output")
+    env = dict(os.environ if env is None else env)
+    server = _server_for(env)
+    if server is None:
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    command = [str(part) for part in command]
+    with tempfile.TemporaryDirectory(prefix="nested-run-") as scratch:
+        out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
+        request = {"module": command[2], "args": command[3:], "command": command, "env": env}
+        request |= {"cwd": str(Path(cwd or os.getcwd()).resolve()), "stdout": str(out), "stderr": str(err)}
+        returncode = server.run(request, timeout)
+        return subprocess.CompletedProcess(command, returncode, out.read_text(), err.read_text())
+
+
+def runpytest(pytester: pytest.Pytester, *args: Any, timeout: float | None = None) -> pytest.RunResult:
+    """``pytester.runpytest_subprocess(*args)``: the same arguments (a fresh ``--basetemp``, the
+    pytester's plugins by name) and environment (its directory put first on PYTHONPATH)."""
+    basetemp = tempfile.mkdtemp(prefix="runpytest-", dir=pytester.path)
+    full = [f"--basetemp={basetemp}", *map(str, args)]
+    for plugin in pytester.plugins:
+        full = ["-p", str(plugin), *full]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
+    started = time.monotonic()
+    command = [sys.executable, "-m", "pytest", *full]
+    done = run(command, cwd=os.getcwd(), env=env, capture_output=True, text=True, timeout=timeout)
+    return pytest.RunResult(
+        done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), time.monotonic() - started
+    )
