@@ -1,0 +1,59 @@
+"""The nested runs' fork server answers as a fresh ``python -m`` would: the same working directory,
+environment, module path, arguments, output and exit code; it steps aside for an environment its
+preload could have read, and a run past its time limit is stopped without taking the server down."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests import preloaded_python
+
+PROBE = """
+import json, os, sys
+print(json.dumps({"cwd": os.getcwd(), "marker": os.environ.get("WRAPQ_PROBE"), "path": sys.path,
+                  "argv": sys.argv[1:], "main": __name__}))
+print("to stderr", file=sys.stderr)
+if sys.argv[1:] == ["sleep"]:
+    import time
+    time.sleep(60)
+sys.exit(int(sys.argv[-1]) if sys.argv[-1].isdigit() else 0)
+"""
+
+
+@pytest.fixture
+def probe_dir(tmp_path):
+    (tmp_path / "wrapq_probe.py").write_text(textwrap.dedent(PROBE))
+    return tmp_path
+
+
+def test_a_forked_run_matches_a_fresh_interpreter(probe_dir):
+    command = [sys.executable, "-m", "wrapq_probe", "one", "3"]
+    env = {**os.environ, "WRAPQ_PROBE": "seen", "PYTHONPATH": str(probe_dir / "extra")}
+    assert preloaded_python._server_for(env) is not None, "the fork server did not start on this machine"
+    forked = preloaded_python.run(command, cwd=probe_dir, env=env, capture_output=True, text=True, timeout=120)
+    fresh = subprocess.run(command, cwd=probe_dir, env=env, capture_output=True, text=True, timeout=120)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert forked.returncode == 3 and '"marker": "seen"' in forked.stdout
+
+
+def test_an_environment_the_preload_could_have_read_runs_as_a_subprocess():
+    assert preloaded_python._server_for({**os.environ, "ATEN_CPU_CAPABILITY": "default"}) is None
+    assert preloaded_python._server_for({**os.environ, "PYTHONHASHSEED": "7"}) is None
+    assert preloaded_python._server_for({**os.environ, "OMP_NUM_THREADS": "4"}) is None
+    assert preloaded_python._server_for({**os.environ, "WRAPQ_TICO": "/elsewhere"}) is not None
+
+
+def test_a_run_past_its_limit_is_stopped_and_the_next_one_still_runs(probe_dir):
+    with pytest.raises(subprocess.TimeoutExpired):
+        preloaded_python.run(
+            [sys.executable, "-m", "wrapq_probe", "sleep"], cwd=probe_dir, capture_output=True, text=True, timeout=2
+        )
+    again = preloaded_python.run(
+        [sys.executable, "-m", "wrapq_probe", "0"], cwd=probe_dir, capture_output=True, text=True, timeout=120
+    )
+    assert again.returncode == 0 and '"argv": ["0"]' in again.stdout
