@@ -3,10 +3,11 @@ the heavy third-party libraries imported already (tests/preload_server.py): a ne
 spends about four seconds importing torch, transformers and the model modules before it does anything,
 and the tests start over a hundred of them.
 
-A request whose environment differs from the server's in a variable those imports may have read
-(a kernel selection, a hash seed, anything not in ``_LATE_READ``) runs as a plain subprocess instead,
-as does every request when the server cannot start or is not single-threaded: the answer is the
-same either way, only the time differs.
+Each environment, up to the variables read only when a run starts (``_LATE_READ``), gets its own server
+started in it: a kernel selection or a hash seed is in place before the preload imports, as in a fresh
+interpreter. A request runs as a plain subprocess instead when it asks for more than one OpenMP thread,
+when ``_MAX_SERVERS`` environments have servers already, or when a server cannot start or is not
+single-threaded: the answer is the same either way, only the time differs.
 """
 
 from __future__ import annotations
@@ -35,15 +36,22 @@ _LATE_READ |= {"NO_MKDOCS_2_WARNING", "PWD", "OLDPWD", "_"}
 # a worker thread, and a process with threads must not fork. Every nested harness run sets one intra-op
 # thread itself (--torch-threads), so only a request that asks for another count runs as a subprocess.
 _SERVER_ONLY = {"OMP_NUM_THREADS": "1"}
+# Each server holds torch and transformers in memory (about half a GB); one per environment in use.
+_MAX_SERVERS = 3
 
 
 def _late_read(name: str) -> bool:
     return name in _LATE_READ or name.startswith(_LATE_READ_PREFIXES)
 
 
+def _preload_env(env: dict[str, str]) -> dict[str, str]:
+    """What of ``env`` the preload imports may read."""
+    return {k: v for k, v in env.items() if not _late_read(k) and k not in _SERVER_ONLY}
+
+
 class _Server:
-    def __init__(self) -> None:
-        self.env = {k: v for k, v in os.environ.items() if not _late_read(k)}
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
         self.process = subprocess.Popen(
             [sys.executable, str(_SERVER_SCRIPT)],
             cwd=_SERVER_SCRIPT.parent,
@@ -73,13 +81,8 @@ class _Server:
         line, self._pending = self._pending.split(b"\n", 1)
         return json.loads(line)
 
-    def serves(self, env: dict[str, str]) -> bool:
-        if not self.usable or self.process.poll() is not None:
-            return False
-        if any(env.get(k, v) != v for k, v in _SERVER_ONLY.items()):
-            return False
-        names = (set(env) | set(self.env)) - set(_SERVER_ONLY)
-        return all(env.get(k) == self.env.get(k) for k in names if not _late_read(k))
+    def alive(self) -> bool:
+        return self.usable and self.process.poll() is None
 
     def run(self, request: dict, timeout: float | None) -> int:
         self.process.stdin.write((json.dumps(request) + "\n").encode())
@@ -105,15 +108,21 @@ class _Server:
             self.process.wait(timeout=60)
 
 
-_server: _Server | None = None
+_servers: dict[frozenset, _Server] = {}
 
 
 def _server_for(env: dict[str, str]) -> _Server | None:
-    global _server
-    if _server is None:
-        _server = _Server()
-        atexit.register(_server.close)
-    return _server if _server.serves(env) else None
+    if any(env.get(k, v) != v for k, v in _SERVER_ONLY.items()):
+        return None
+    preload_env = _preload_env(env)
+    key = frozenset(preload_env.items())
+    if key not in _servers:
+        if len(_servers) >= _MAX_SERVERS:
+            return None
+        _servers[key] = _Server(preload_env)
+        atexit.register(_servers[key].close)
+    server = _servers[key]
+    return server if server.alive() else None
 
 
 def run(
