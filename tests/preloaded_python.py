@@ -5,9 +5,8 @@ and the tests start over a hundred of them.
 
 Each environment, up to the variables read only when a run starts (``_LATE_READ``), gets its own server
 started in it: a kernel selection or a hash seed is in place before the preload imports, as in a fresh
-interpreter. A request runs as a plain subprocess instead when it asks for more than one OpenMP thread,
-when ``_MAX_SERVERS`` environments have servers already, or when a server cannot start or is not
-single-threaded: the answer is the same either way, only the time differs.
+interpreter. A request runs as a plain subprocess instead when it asks for more than one OpenMP thread, or when its
+server cannot start or is not single-threaded: the answer is the same either way, only the time differs.
 """
 
 from __future__ import annotations
@@ -32,11 +31,14 @@ _SERVER_SCRIPT = Path(__file__).with_name("preload_server.py")
 _LATE_READ_PREFIXES = ("PYTEST_", "WRAPQ_")
 _LATE_READ = {"PYTHONPATH", "HOME", "USERPROFILE", "CI", "NO_COLOR", "FORCE_COLOR", "PY_COLORS", "COLUMNS", "LINES"}
 _LATE_READ |= {"NO_MKDOCS_2_WARNING", "PWD", "OLDPWD", "_"}
+# torch sets these itself the first time a test compiles or exports, and reads them only when it needs them.
+_LATE_READ |= {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
 # The server imports torch with one OpenMP thread: with torch's default (one per core) the import starts
 # a worker thread, and a process with threads must not fork. Every nested harness run sets one intra-op
 # thread itself (--torch-threads), so only a request that asks for another count runs as a subprocess.
 _SERVER_ONLY = {"OMP_NUM_THREADS": "1"}
-# Each server holds torch and transformers in memory (about half a GB); one per environment in use.
+# Each server holds torch and transformers in memory (about half a GB): at most this many, the least
+# recently used one stopped to make room for another environment's.
 _MAX_SERVERS = 3
 
 
@@ -108,7 +110,7 @@ class _Server:
             self.process.wait(timeout=60)
 
 
-_servers: dict[frozenset, _Server] = {}
+_servers: dict[frozenset, _Server] = {}  # least recently used first
 
 
 def _server_for(env: dict[str, str]) -> _Server | None:
@@ -116,12 +118,13 @@ def _server_for(env: dict[str, str]) -> _Server | None:
         return None
     preload_env = _preload_env(env)
     key = frozenset(preload_env.items())
-    if key not in _servers:
+    server = _servers.pop(key, None)
+    if server is None:
         if len(_servers) >= _MAX_SERVERS:
-            return None
-        _servers[key] = _Server(preload_env)
-        atexit.register(_servers[key].close)
-    server = _servers[key]
+            _servers.pop(next(iter(_servers))).close()
+        server = _Server(preload_env)
+        atexit.register(server.close)
+    _servers[key] = server
     return server if server.alive() else None
 
 

@@ -64,3 +64,13 @@ def test_a_run_past_its_limit_is_stopped_and_the_next_one_still_runs(probe_dir):
         [sys.executable, "-m", "wrapq_probe", "0"], cwd=probe_dir, capture_output=True, text=True, timeout=120
     )
     assert again.returncode == 0 and '"argv": ["0"]' in again.stdout
+
+
+def test_a_new_environment_past_the_limit_stops_the_least_recently_used_server(monkeypatch):
+    monkeypatch.setattr(preloaded_python, "_MAX_SERVERS", 1)
+    monkeypatch.setattr(preloaded_python, "_servers", {})
+    plain = preloaded_python._server_for(dict(os.environ))
+    scalar = preloaded_python._server_for({**os.environ, "ATEN_CPU_CAPABILITY": "default"})
+    assert scalar is not None and scalar.alive()
+    assert plain.process.wait(timeout=60) == 0 and list(preloaded_python._servers.values()) == [scalar]
+    scalar.close()
