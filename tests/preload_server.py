@@ -88,6 +88,7 @@ def _run_child(request: dict, base_path: list[str]) -> None:
 
 def main() -> None:
     base_path = sys.path[1:]  # a fresh `python -m` puts its directory first, then what this one has
+    sys.path[:] = base_path  # this script's directory (tests/) never shadows a library the preload imports
     for name in PRELOAD:
         importlib.import_module(name)
     threads = _thread_count()
