@@ -61,10 +61,14 @@ def _run_child(request: dict, base_path: list[str]) -> None:
     """In the forked child: become ``python -m module args`` in the request's directory and environment.
     Ends the process through normal interpreter shutdown (atexit handlers run, as in a fresh one)."""
     os.setpgid(0, 0)  # the client stops the child and whatever it started as one group
-    stdin = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(stdin, 0)
-    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+    for fd, path, flags in (
+        (0, os.devnull, os.O_RDONLY),
+        (1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+        (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+    ):
+        opened = os.open(path, flags, 0o600)
+        os.dup2(opened, fd)  # replaces the server's request and reply pipes in the child
+        os.close(opened)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])

@@ -86,22 +86,22 @@ class _Server:
     def alive(self) -> bool:
         return self.usable and self.process.poll() is None
 
-    def run(self, request: dict, timeout: float | None) -> int:
+    def run(self, request: dict, timeout: float | None) -> int | None:
+        """The child's exit code; None when it ran past ``timeout`` (it and what it started are killed)."""
         self.process.stdin.write((json.dumps(request) + "\n").encode())
         self.process.stdin.flush()
         started = self._read(timeout=60)
         if started is None:
             self.usable = False
             raise RuntimeError("the preload fork server did not start the run")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        done = self._read(None if deadline is None else deadline - time.monotonic())
+        done = self._read(timeout)
         if done is None:
             try:
                 os.killpg(started["pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
             self._read(timeout=60)
-            raise subprocess.TimeoutExpired(request["command"], timeout)
+            return None
         return done["returncode"]
 
     def close(self) -> None:
@@ -148,9 +148,11 @@ def run(
     command = [str(part) for part in command]
     with tempfile.TemporaryDirectory(prefix="nested-run-") as scratch:
         out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
-        request = {"module": command[2], "args": command[3:], "command": command, "env": env}
+        request = {"module": command[2], "args": command[3:], "env": env}
         request |= {"cwd": str(Path(cwd or os.getcwd()).resolve()), "stdout": str(out), "stderr": str(err)}
         returncode = server.run(request, timeout)
+        if returncode is None:
+            raise subprocess.TimeoutExpired(command, timeout)
         return subprocess.CompletedProcess(command, returncode, out.read_text(), err.read_text())
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests import preloaded_python
 from tests.helpers import outcome_counts
@@ -48,8 +49,6 @@ def _golden_run(
 
 @pytest.mark.parametrize("capability", ["default", "avx2"])
 def test_every_golden_item_passes_under_another_kernel_selection(tmp_path, capability):
-    import torch
-
     if torch.backends.cpu.get_cpu_capability().lower() == capability:
         pytest.skip(f"this CPU's own kernel selection is {capability}: the main job compares every golden under it")
     done = _golden_run(tmp_path, capability, "golden")
