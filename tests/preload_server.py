@@ -34,6 +34,18 @@ PRELOAD = (
     "transformers.models.qwen3_vl.modeling_qwen3_vl",
     "safetensors.torch",
     "jinja2",
+    # what tico and the harness import from outside them, and pytest's own modules (not its plugins:
+    # a plugin imported before pytest starts is not assertion-rewritten)
+    "circle_schema",
+    "flatbuffers",
+    "torch.ao.quantization.fx",
+    "torch.ao.quantization.fx._decomposed",
+    "coverage",
+    "tabulate",
+    "execnet",
+    "pygments.lexers.python",
+    "pytest",
+    "_pytest.pytester",
 )
 # transformers imports anyio, which is also a pytest plugin: pytest cannot rewrite the asserts of a plugin
 # imported before it starts, and says so in a config-time warning that a fresh interpreter does not print
