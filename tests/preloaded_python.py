@@ -25,30 +25,12 @@ from typing import Any
 
 import pytest
 
+from tests.preload_server import SERVER_ONLY, preload_env, servable
+
 _SERVER_SCRIPT = Path(__file__).with_name("preload_server.py")
-# Variables read when a run starts (by pytest, the harness, the case's tico), never by the preloaded
-# libraries' imports, so a request may set them to anything.
-_LATE_READ_PREFIXES = ("PYTEST_", "WRAPQ_")
-_LATE_READ = {"PYTHONPATH", "HOME", "USERPROFILE", "CI", "NO_COLOR", "FORCE_COLOR", "PY_COLORS", "COLUMNS", "LINES"}
-_LATE_READ |= {"NO_MKDOCS_2_WARNING", "PWD", "OLDPWD", "_"}
-# torch sets these itself the first time a test compiles or exports, and reads them only when it needs them.
-_LATE_READ |= {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
-# The server imports torch with one OpenMP thread: with torch's default (one per core) the import starts
-# a worker thread, and a process with threads must not fork. Every nested harness run sets one intra-op
-# thread itself (--torch-threads), so only a request that asks for another count runs as a subprocess.
-_SERVER_ONLY = {"OMP_NUM_THREADS": "1"}
 # Each server holds torch and transformers in memory (about half a GB): at most this many, the least
 # recently used one stopped to make room for another environment's.
 _MAX_SERVERS = 3
-
-
-def _late_read(name: str) -> bool:
-    return name in _LATE_READ or name.startswith(_LATE_READ_PREFIXES)
-
-
-def _preload_env(env: dict[str, str]) -> dict[str, str]:
-    """What of ``env`` the preload imports may read."""
-    return {k: v for k, v in env.items() if not _late_read(k) and k not in _SERVER_ONLY}
 
 
 class _Server:
@@ -57,7 +39,7 @@ class _Server:
         self.process = subprocess.Popen(
             [sys.executable, str(_SERVER_SCRIPT)],
             cwd=_SERVER_SCRIPT.parent,
-            env=self.env | _SERVER_ONLY,
+            env=self.env | SERVER_ONLY,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -114,15 +96,15 @@ _servers: dict[frozenset, _Server] = {}  # least recently used first
 
 
 def _server_for(env: dict[str, str]) -> _Server | None:
-    if any(env.get(k, v) != v for k, v in _SERVER_ONLY.items()):
+    if not servable(env):
         return None
-    preload_env = _preload_env(env)
-    key = frozenset(preload_env.items())
+    preloaded = preload_env(env)
+    key = frozenset(preloaded.items())
     server = _servers.pop(key, None)
     if server is None:
         if len(_servers) >= _MAX_SERVERS:
             _servers.pop(next(iter(_servers))).close()
-        server = _Server(preload_env)
+        server = _Server(preloaded)
         atexit.register(server.close)
     _servers[key] = server
     return server if server.alive() else None
