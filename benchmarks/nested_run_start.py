@@ -1,11 +1,12 @@
 """A nested harness run as the harness tests start one: a fresh interpreter against a fork of the
 preloaded server (tests/preloaded_python.py), side by side in one process, alternating.
 
-    ./scripts/env.sh python benchmarks/nested_run_start.py [--reps 3] [--selection NODEID]
+    ./scripts/env.sh python benchmarks/nested_run_start.py [--reps 3] [--selection NODEID] [--workers N]
 
 Each rep runs the selection (default: nn_linear's tiny group, every check, caches off) once each way and
-checks both give the same exit code and closing line. Prints the medians and their ratio; the server's
-own start is timed once, apart.
+checks both give the same exit code and closing line. ``--workers N`` runs it as ``pytest -n N``: the
+forked run's xdist workers are forked from the server too. Prints the medians and their ratio; the
+server's own start is timed once, apart.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--selection", default="cases/nn.py::nn_linear[tiny]")
+    parser.add_argument("--workers", type=int, default=0, help="xdist workers of each run (0: none)")
     options = parser.parse_args()
     env = dict(os.environ)
     started = time.monotonic()
@@ -38,15 +40,14 @@ def main() -> int:
     print(f"fork server start (once per environment and test worker): {time.monotonic() - started:.1f} s")
     runners = {"fresh interpreter": subprocess.run, "forked from the server": preloaded_python.run}
     times: dict[str, list[float]] = {label: [] for label in runners}
+    workers = ["-n", str(options.workers)] if options.workers else []
     with tempfile.TemporaryDirectory() as scratch:
         for rep in range(options.reps):
             closing = set()
-            for label, runner in (
-                ("fresh interpreter", subprocess.run),
-                ("forked from the server", preloaded_python.run),
-            ):
-                command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-circle-cache"]
-                command += ["--no-export-cache", f"--wrapq-report-dir={scratch}/{label[:5]}{rep}", options.selection]
+            for label, runner in runners.items():
+                command = [sys.executable, "-m", "pytest", "-q", *workers, "-p", "no:cacheprovider"]
+                command += ["--no-circle-cache", "--no-export-cache", f"--wrapq-report-dir={scratch}/{label[:5]}{rep}"]
+                command.append(options.selection)
                 began = time.monotonic()
                 done = runner(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
                 times[label].append(time.monotonic() - began)

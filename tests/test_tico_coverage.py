@@ -155,8 +155,10 @@ def test_a_behaviour_neutral_change_touches_no_executable_line_and_a_wheel_is_a_
 def test_shards_merge_into_one_summary_and_a_run_without_measurement_says_so(measured, tmp_path):
     from harness.tico_facts import item_map
 
-    merged = branch_coverage.merge([measured, measured], tmp_path / "merged")
+    # the summary only (--no-html): the measured run's own combination wrote coverage's pages, tested above
+    merged = branch_coverage.merge([measured, measured], tmp_path / "merged", html=False)
     assert merged["scope_totals"] == branch_coverage.load(measured)["scope_totals"]  # the same lines, counted once
+    assert not (tmp_path / "merged" / "html").exists()
     # the per-item map survives the merge: the same first groups (one-time work) and the same reach per item
     one, both = (item_map.load(d / item_map.MAP_NAME) for d in (measured / "tico-coverage", tmp_path / "merged"))
     assert both["first_groups"] == one["first_groups"] and both["first_only"] == one["first_only"]
@@ -164,6 +166,14 @@ def test_shards_merge_into_one_summary_and_a_run_without_measurement_says_so(mea
     assert by_name(both) == by_name(one)
     with pytest.raises(FileNotFoundError, match="made with --tico-coverage"):
         branch_coverage.merge([measured, tmp_path / "plain"], tmp_path / "again")
+
+
+def test_leaving_out_the_pages_is_an_option_of_a_merge_only(capsys):
+    from harness.commands import tico_coverage
+
+    with pytest.raises(SystemExit) as refused:
+        tico_coverage.main([str(REPO / "reports"), "--no-html"])
+    assert refused.value.code == 2 and "--no-html applies to --merge-into DIR" in capsys.readouterr().err
 
 
 def test_a_measured_run_never_takes_a_cached_export_or_conversion():

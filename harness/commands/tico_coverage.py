@@ -1,7 +1,7 @@
-"""``python -m harness tico-coverage [REPORT_DIR ...] [--merge-into DIR] [--files] [--classes] [--uncovered N]
-[--base TICO] [--check-reasons] [--write-snapshot]``: which of tico's lines and branches a ``--tico-coverage`` run
-(or its shards, merged) executed; with ``--base`` the lines a change to tico touches that no case reaches; with
-``--check-reasons`` whether every untaken wrapper branch has a reviewed reason."""
+"""``python -m harness tico-coverage [REPORT_DIR ...] [--merge-into DIR [--no-html]] [--files] [--classes]
+[--uncovered N] [--base TICO] [--check-reasons] [--write-snapshot]``: which of tico's lines and branches a
+``--tico-coverage`` run (or its shards, merged) executed; with ``--base`` the lines a change to tico touches
+that no case reaches; with ``--check-reasons`` whether every untaken wrapper branch has a reviewed reason."""
 
 from __future__ import annotations
 
@@ -35,6 +35,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--merge-into", type=Path, default=None, metavar="DIR", help="combine the shards' measurements into DIR"
     )
+    parser.add_argument(
+        "--no-html",
+        action="store_true",
+        help="with --merge-into: the summary only, without coverage's HTML pages (most of a merge's time)",
+    )
     parser.add_argument("--files", action="store_true", help="per file of the wrappers")
     parser.add_argument("--families", action="store_true", help="per wrapper family (subdirectory)")
     parser.add_argument("--classes", action="store_true", help="per wrapper class")
@@ -58,11 +63,13 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if len(args.where) > 1 and args.merge_into is None:
         parser.error("several report directories (shards) need --merge-into DIR")
+    if args.no_html and args.merge_into is None:
+        parser.error("--no-html applies to --merge-into DIR (a run writes its pages as it combines)")
     if args.write_snapshot and args.merge_into is not None:
         parser.error("--write-snapshot reads one run's results.json: merge the shards first")
     try:
         if args.merge_into is not None:
-            summary = branch_coverage.merge(args.where, args.merge_into)
+            summary = branch_coverage.merge(args.where, args.merge_into, html=not args.no_html)
         else:
             summary = branch_coverage.load(args.where[0])
     except FileNotFoundError as exc:

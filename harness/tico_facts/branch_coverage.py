@@ -65,9 +65,10 @@ def clear(data_dir: Path) -> None:
     stage_contexts.clear(data_dir)
 
 
-def combine(data_dir: Path, wall_seconds: float | None = None) -> dict[str, Any]:
-    """Combine every process's data in ``data_dir``, write coverage's HTML pages for tico there, and
-    return (and write, as tico-coverage.json) the summary: per file and per class under tico."""
+def combine(data_dir: Path, wall_seconds: float | None = None, html: bool = True) -> dict[str, Any]:
+    """Combine every process's data in ``data_dir``, write coverage's HTML pages for tico there (unless
+    ``html`` is false), and return (and write, as tico-coverage.json) the summary: per file and per class
+    under tico."""
     root = tico_root()
     combined = coverage.Coverage(data_file=str(data_dir / DATA_NAME), branch=True, config_file=False)
     combined.combine([str(data_dir)], strict=False)
@@ -75,7 +76,10 @@ def combine(data_dir: Path, wall_seconds: float | None = None) -> dict[str, Any]
     include = [str(root / "*")]
     report_path = data_dir / "coverage.json"
     combined.json_report(outfile=str(report_path), include=include, ignore_errors=True)
-    combined.html_report(directory=str(data_dir / "html"), include=include, ignore_errors=True, title="tico coverage")
+    if html:  # most of a combination's time: coverage parses and highlights every file of tico again
+        combined.html_report(
+            directory=str(data_dir / "html"), include=include, ignore_errors=True, title="tico coverage"
+        )
     raw = json.loads(report_path.read_text())
     summary = summarize(raw, root)
     summary["wall_seconds"] = wall_seconds
@@ -206,9 +210,10 @@ def totals(files: dict[str, Any]) -> dict[str, Any]:
     return sums
 
 
-def merge(report_dirs: list[Path], data_dir: Path) -> dict[str, Any]:
+def merge(report_dirs: list[Path], data_dir: Path, html: bool = True) -> dict[str, Any]:
     """One summary for the shards of a run: each shard's combined data (``<report dir>/tico-coverage``)
-    combined again in ``data_dir``. The shards must have measured the same tico at the same path."""
+    combined again in ``data_dir``, with coverage's HTML pages unless ``html`` is false. The shards must
+    have measured the same tico at the same path."""
     data_dir.mkdir(parents=True, exist_ok=True)
     clear(data_dir)
     walls = []
@@ -223,7 +228,7 @@ def merge(report_dirs: list[Path], data_dir: Path) -> dict[str, Any]:
             shutil.copyfile(record, data_dir / f"{kind}.shard{i}-{rest}")
         if (found / SUMMARY_NAME).is_file():
             walls.append(json.loads((found / SUMMARY_NAME).read_text()).get("wall_seconds") or 0.0)
-    return combine(data_dir, sum(walls) or None)
+    return combine(data_dir, sum(walls) or None, html=html)
 
 
 def load(where: Path) -> dict[str, Any]:
