@@ -124,6 +124,10 @@ def run(
     if command[:2] != [sys.executable, "-m"] or len(command) < 3 or not (capture_output and text):
         raise ValueError("preloaded_python.run takes [sys.executable, '-m', module, ...] with captured text output")
     env = dict(os.environ if env is None else env)
+    # Bytecode is written, as by a default interpreter: pytest rewrites the asserts of the harness package (a
+    # pytest11 plugin's distribution) at every import it cannot read back from __pycache__, about 0.3 s in
+    # each nested process where PYTHONDONTWRITEBYTECODE is set (as on this project's CI machine).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     server = _server_for(env)
     if server is None:
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
