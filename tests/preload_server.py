@@ -76,6 +76,8 @@ _LATE_READ = {"PYTHONPATH", "HOME", "USERPROFILE", "CI", "NO_COLOR", "FORCE_COLO
 _LATE_READ |= {"NO_MKDOCS_2_WARNING", "PWD", "OLDPWD", "_"}
 # torch sets these itself the first time a test compiles or exports, and reads them only when it needs them.
 _LATE_READ |= {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
+# Read by the interpreter at start; a child applies it itself (sys.dont_write_bytecode), as a fresh one would.
+_LATE_READ |= {"PYTHONDONTWRITEBYTECODE"}
 # The server imports torch with one OpenMP thread: with torch's default (one per core) the import starts
 # a worker thread, and a process with threads must not fork. Every nested harness run sets one intra-op
 # thread itself (--torch-threads), so only a request that asks for another count runs as a subprocess.
@@ -118,6 +120,7 @@ def _enter(request: dict, base_path: list[str], first_path: str, stdio: list[int
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    sys.dont_write_bytecode = bool(request["env"].get("PYTHONDONTWRITEBYTECODE"))
     extra = [os.path.abspath(p) for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = [first_path, *extra, *base_path]
     importlib.invalidate_caches()

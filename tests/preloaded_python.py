@@ -28,6 +28,7 @@ import pytest
 from tests.preload_server import SERVER_ONLY, preload_env, servable
 
 _SERVER_SCRIPT = Path(__file__).with_name("preload_server.py")
+_REPO = Path(__file__).resolve().parents[1]
 # Each server holds torch and transformers in memory (about half a GB): at most this many, the least
 # recently used one stopped to make room for another environment's.
 _MAX_SERVERS = 3
@@ -110,6 +111,25 @@ def _server_for(env: dict[str, str]) -> _Server | None:
     return server if server.alive() else None
 
 
+_bytecode_written = False
+_BYTECODE_RUN = "cases/nn.py::nn_linear[tiny]"  # every check of a leaf case: nearly every harness module
+
+
+def _write_project_bytecode(server: _Server, env: dict[str, str]) -> None:
+    """pytest rewrites the asserts of the harness package (the distribution of a pytest11 plugin) at every
+    import it cannot read back from __pycache__: about 0.25 s in each nested process where
+    PYTHONDONTWRITEBYTECODE is set, as on this project's CI machine. One small run of the project's own cases
+    that may write bytecode leaves the harness's and the cases' compiled modules for the others to read; the
+    tests' temporary case and tico trees are never written (an edit there may keep a file's size and second)."""
+    global _bytecode_written
+    _bytecode_written = True
+    with tempfile.TemporaryDirectory(prefix="bytecode-") as scratch:
+        request = {"module": "pytest", "env": {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}}
+        request["args"] = ["-q", "-p", "no:cacheprovider", f"--wrapq-report-dir={scratch}", _BYTECODE_RUN]
+        request |= {"cwd": str(_REPO), "stdout": f"{scratch}/stdout", "stderr": f"{scratch}/stderr"}
+        server.run(request, timeout=600)
+
+
 def run(
     command: list[str],
     *,
@@ -124,11 +144,9 @@ def run(
     if command[:2] != [sys.executable, "-m"] or len(command) < 3 or not (capture_output and text):
         raise ValueError("preloaded_python.run takes [sys.executable, '-m', module, ...] with captured text output")
     env = dict(os.environ if env is None else env)
-    # Bytecode is written, as by a default interpreter: pytest rewrites the asserts of the harness package (a
-    # pytest11 plugin's distribution) at every import it cannot read back from __pycache__, about 0.3 s in
-    # each nested process where PYTHONDONTWRITEBYTECODE is set (as on this project's CI machine).
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
     server = _server_for(env)
+    if server is not None and env.get("PYTHONDONTWRITEBYTECODE") and not _bytecode_written:
+        _write_project_bytecode(server, env)
     if server is None:
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     command = [str(part) for part in command]

@@ -21,7 +21,8 @@ PROBE = """
 import json, os, sys
 import torch
 print(json.dumps({"cwd": os.getcwd(), "marker": os.environ.get("WRAPQ_PROBE"), "path": sys.path,
-                  "argv": sys.argv[1:], "main": __name__, "kernels": torch.backends.cpu.get_cpu_capability()}))
+                  "argv": sys.argv[1:], "main": __name__, "kernels": torch.backends.cpu.get_cpu_capability(),
+                  "writes_bytecode": not sys.dont_write_bytecode}))
 print("to stderr", file=sys.stderr)
 if sys.argv[1:] == ["sleep"]:
     import time
@@ -40,13 +41,15 @@ def probe_dir(tmp_path):
 def test_a_forked_run_matches_a_fresh_interpreter(probe_dir, kernels):
     command = [sys.executable, "-m", "wrapq_probe", "one", "3"]
     env = {**os.environ, "WRAPQ_PROBE": "seen", "PYTHONPATH": str(probe_dir / "extra")}
-    if kernels:
-        env["ATEN_CPU_CAPABILITY"] = kernels
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if kernels:  # and bytecode writing off, which a server's children may differ in
+        env |= {"ATEN_CPU_CAPABILITY": kernels, "PYTHONDONTWRITEBYTECODE": "1"}
     assert preloaded_python._server_for(env) is not None, "no fork server started on this machine"
     forked = preloaded_python.run(command, cwd=probe_dir, env=env, capture_output=True, text=True, timeout=120)
     fresh = subprocess.run(command, cwd=probe_dir, env=env, capture_output=True, text=True, timeout=120)
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
     assert forked.returncode == 3 and '"marker": "seen"' in forked.stdout
+    assert f'"writes_bytecode": {"false" if kernels else "true"}' in forked.stdout
     if kernels:  # the selection was in place when the server imported torch
         assert '"kernels": "DEFAULT"' in forked.stdout, forked.stdout
 
