@@ -254,15 +254,19 @@ class _Server:
 
     def _start_worker(self) -> None:
         connection, _ = self.listener.accept()
-        message, fds, _, _ = socket.recv_fds(connection, 1 << 16, 3)
-        while message and not message.endswith(b"\n"):
-            chunk = connection.recv(1 << 16)
-            message += chunk if chunk else b"\n"
-        request = json.loads(message or b"{}")
-        if not _worker_request_ok(request, self.env, fds):
+        fds: list[int] = []
+        try:
+            message, fds, _, _ = socket.recv_fds(connection, 1 << 16, 3)
+            while message and not message.endswith(b"\n"):
+                chunk = connection.recv(1 << 16)
+                message += chunk if chunk else b"\n"
+            request = json.loads(message or b"{}")
+            if not _worker_request_ok(request, self.env, fds):
+                connection.sendall(b'{"refused": true}\n')  # the waiting process starts a fresh interpreter
+                raise ValueError("refused")
+        except (OSError, ValueError):  # refused, or the waiting process went away or sent nonsense
             for fd in fds:
                 os.close(fd)
-            connection.sendall(b'{"refused": true}\n')
             connection.close()
             return
         pid = self._fork()
@@ -270,9 +274,12 @@ class _Server:
             _run_worker(request, self.base_path, fds)
         for fd in fds:
             os.close(fd)  # the worker's pipes end when it does, not when the server does
-        connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
         self.workers[pid] = connection
         self.selector.register(connection, selectors.EVENT_READ, pid)
+        try:
+            connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        except OSError:
+            self._stop_worker(pid, connection)
 
     def _reap(self) -> None:
         while True:
@@ -300,10 +307,11 @@ class _Server:
         """The process waiting on this worker is gone: the worker (and what it started) goes too."""
         self.selector.unregister(connection)
         connection.close()
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for kill in (os.killpg, os.kill):  # the group, and the worker itself should it not have made one yet
+            try:
+                kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def serve(self) -> None:
         signal.set_wakeup_fd(self.wakeup_write)
@@ -339,13 +347,15 @@ def main() -> None:
     for name in PRELOAD:
         importlib.import_module(name)
     threads = _thread_count()
-    _reply({"ready": threads == 1, "threads": threads})
     if threads != 1:
+        _reply({"ready": False, "threads": threads})
         return
+    server = _Server(base_path)
+    _reply({"ready": True, "threads": threads, "workers": server.listener.getsockname()})
     # The preloaded objects live as long as any child: the children's collector then neither walks them
     # nor touches (and so copies) their pages, which halved a child's run and exit.
     gc.freeze()
-    _Server(base_path).serve()
+    server.serve()
 
 
 if __name__ == "__main__":

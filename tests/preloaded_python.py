@@ -50,6 +50,7 @@ class _Server:
         except RuntimeError:
             ready = None
         self.usable = bool(ready and ready.get("ready"))
+        self.workers_socket = ready.get("workers") if self.usable else None  # where its xdist workers ask
 
     def _read(self, timeout: float | None) -> dict | None:
         """The server's next JSON line; None when it does not come within ``timeout``."""

@@ -165,6 +165,22 @@ def test_a_worker_in_another_environment_starts_fresh(xdist_project):
     assert worker["ppid"] == controller and worker["kernels"] == "DEFAULT"
 
 
+def test_a_broken_worker_request_leaves_the_server_serving(probe_dir):
+    import socket
+
+    server = preloaded_python._server_for(dict(os.environ))
+    for payload in (b"", b"not json\n", b'{"args": ["-c", "pass"]}\n'):  # no streams passed with the last
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(server.workers_socket)
+            connection.sendall(payload)
+            connection.shutdown(socket.SHUT_WR)
+            assert connection.recv(100) in (b"", b'{"refused": true}\n')
+    done = preloaded_python.run(
+        [sys.executable, "-m", "wrapq_probe", "0"], cwd=probe_dir, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and server.alive()
+
+
 def _gone(pid: int) -> bool:
     """No such process, or one that exited and awaits its parent's reaping."""
     try:
