@@ -191,8 +191,10 @@ def _gone(pid: int) -> bool:
 
 def test_a_nested_run_stopped_at_its_limit_takes_its_forked_workers_with_it(xdist_project):
     with pytest.raises(subprocess.TimeoutExpired):
-        _xdist_run(xdist_project, preloaded_python.run, "hangs", timeout=15)
-    (hung,) = [json.loads(p.read_text()) for p in xdist_project.glob("hang-*.json")]
+        _xdist_run(xdist_project, preloaded_python.run, "hangs", timeout=10)
+    records = [json.loads(p.read_text()) for p in xdist_project.glob("hang-*.json")]
+    assert len(records) == 1, "the hanging test had not started when the run's 10 s were up"
+    hung = records[0]
     sleeper = json.loads((xdist_project / "sleeper.json").read_text())
     deadline = time.monotonic() + 30
     while not (_gone(hung["pid"]) and _gone(sleeper)) and time.monotonic() < deadline:
