@@ -166,13 +166,17 @@ def _run_worker(request: dict, base_path: list[str], stdio: list[int]) -> None:
     """In the forked child: become ``python [-u] [-B] -c code args`` on the worker's own pipes."""
     _enter(request, base_path, "", stdio)
     args = list(request["args"])
+    flags = set()
     while args[0] in _WORKER_FLAGS:
-        if args.pop(0) == "-B":
-            sys.dont_write_bytecode = True
+        flags.add(args.pop(0))
+    sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in flags
     code_text, sys.argv = args[1], ["-c", *args[2:]]
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's stdin, as a fresh interpreter has it
-    for name, fd in (("stdout", 1), ("stderr", 2)):  # -u: unbuffered, as execnet starts its workers
-        setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True))
+    unbuffered = "-u" in flags  # execnet's: writes go straight to the pipe
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        raw = io.FileIO(fd, "w", closefd=False)
+        stream = io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw), write_through=unbuffered)
+        setattr(sys, name, stream)
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     code: object = 0
