@@ -3,10 +3,11 @@ the heavy third-party libraries imported already (tests/preload_server.py): a ne
 spends about four seconds importing torch, transformers and the model modules before it does anything,
 and the tests start over a hundred of them.
 
-Each environment, up to the variables read only when a run starts (``_LATE_READ``), gets its own server
-started in it: a kernel selection or a hash seed is in place before the preload imports, as in a fresh
-interpreter. A request runs as a plain subprocess instead when it asks for more than one OpenMP thread, or when its
-server cannot start or is not single-threaded: the answer is the same either way, only the time differs.
+Each environment, up to the variables read only when a run starts (``preload_server._LATE_READ``), gets its
+own server started in it: a kernel selection or a hash seed is in place before the preload imports, as in a
+fresh interpreter. A nested ``pytest -n N`` gets its xdist workers forked by the same server. A request runs as
+a plain subprocess instead when it asks for more than one OpenMP thread, or when its server cannot start or is
+not single-threaded: the answer is the same either way, only the time differs.
 """
 
 from __future__ import annotations
