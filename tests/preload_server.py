@@ -165,12 +165,8 @@ def _run_module(request: dict, base_path: list[str], worker_python: str) -> None
 def _run_worker(request: dict, base_path: list[str], stdio: list[int]) -> None:
     """In the forked child: become ``python [-u] [-B] -c code args`` on the worker's own pipes."""
     _enter(request, base_path, "", stdio)
-    args = list(request["args"])
-    flags = set()
-    while args[0] in _WORKER_FLAGS:
-        flags.add(args.pop(0))
+    flags, code_text, sys.argv = _worker_command(request["args"])
     sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in flags
-    code_text, sys.argv = args[1], ["-c", *args[2:]]
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's stdin, as a fresh interpreter has it
     unbuffered = "-u" in flags  # execnet's: writes go straight to the pipe
     for name, fd in (("stdout", 1), ("stderr", 2)):
@@ -204,15 +200,23 @@ def _forked_workers(python: str) -> object:
     return ForkedWorkers()
 
 
+def _worker_command(args: list[str]) -> tuple[set[str], str, list[str]] | None:
+    """execnet's popen command line, ``[-u] [-B] -c code args``: (options, code, ``sys.argv``); None for another."""
+    flags = set()
+    while args and args[0] in _WORKER_FLAGS:
+        flags.add(args[0])
+        args = args[1:]
+    if len(args) < 2 or args[0] != "-c":
+        return None
+    return flags, args[1], ["-c", *args[2:]]
+
+
 def _worker_request_ok(request: dict, env: dict[str, str], fds: list[int]) -> bool:
     """Whether a popen worker's request is one to fork: its three streams, execnet's own command line
-    (``-c`` code after the options it uses) and the environment the server preloaded in."""
+    and the environment the server preloaded in."""
     if len(fds) != 3 or not servable(request.get("env", {})) or preload_env(request.get("env", {})) != env:
         return False
-    rest = list(request.get("args", []))
-    while rest and rest[0] in _WORKER_FLAGS:
-        rest.pop(0)
-    return len(rest) >= 2 and rest[0] == "-c"
+    return _worker_command(request.get("args", [])) is not None
 
 
 class _Server:
@@ -297,18 +301,18 @@ class _Server:
             if pid == self.run_pid:
                 self.run_pid = None
                 _reply({"returncode": code})
-            elif pid in self.workers:
+            elif pid in self.workers:  # a stopped worker is no longer listed: nobody waits for it
                 connection = self.workers.pop(pid)
-                if connection.fileno() >= 0:
-                    self.selector.unregister(connection)
-                    try:
-                        connection.sendall(json.dumps({"returncode": code}).encode() + b"\n")
-                    except OSError:
-                        pass  # the waiting process is gone
-                    connection.close()
+                self.selector.unregister(connection)
+                try:
+                    connection.sendall(json.dumps({"returncode": code}).encode() + b"\n")
+                except OSError:
+                    pass  # the waiting process is gone
+                connection.close()
 
     def _stop_worker(self, pid: int, connection: socket.socket) -> None:
         """The process waiting on this worker is gone: the worker (and what it started) goes too."""
+        del self.workers[pid]
         self.selector.unregister(connection)
         connection.close()
         for kill in (os.killpg, os.kill):  # the group, and the worker itself should it not have made one yet

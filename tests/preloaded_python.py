@@ -127,7 +127,7 @@ def _write_project_bytecode(server: _Server, env: dict[str, str]) -> None:
     _bytecode_written = True
     with tempfile.TemporaryDirectory(prefix="bytecode-") as scratch:
         # the server's own environment (no PYTHONPATH, WRAPQ_TICO or plugin of the request): the installed tico
-        plain = preload_env(env) | {k: env[k] for k in ("HOME",) if k in env}
+        plain = server.env | {k: env[k] for k in ("HOME",) if k in env}
         request = {"module": "pytest", "env": plain}
         request["args"] = ["-q", "-p", "no:cacheprovider", f"--wrapq-report-dir={scratch}", _BYTECODE_RUN]
         request |= {"cwd": str(_REPO), "stdout": f"{scratch}/stdout", "stderr": f"{scratch}/stderr"}
