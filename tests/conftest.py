@@ -1,8 +1,12 @@
 """Scheduling of the harness's own tests: the modules whose tests start long harness runs go first,
 longest first, so pytest-xdist's workers take the long runs early and end together on short tests
-(in collection order, one worker finished a 100-second run alone while the other idled)."""
+(in collection order, one worker finished a 100-second run alone while the other idled). And the
+in-process pipelines share programs and conversions by the caches' keys (tests/stage_sharing.py),
+except in tests marked ``fresh_stages``."""
 
 from __future__ import annotations
+
+import pytest
 
 # Modules with a test of 5 s or more, by their longest test, measured with `pytest tests -n auto --durations=0`
 # (2026-12-07, 13:38 in all); a module not listed keeps its place after them. Only the order changes, never what runs.
@@ -43,3 +47,24 @@ LONG_MODULES = (
 def pytest_collection_modifyitems(items):
     rank = {name: index for index, name in enumerate(LONG_MODULES)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(LONG_MODULES)))
+
+
+def pytest_configure(config):
+    from tests import stage_sharing
+
+    config.addinivalue_line(
+        "markers", "fresh_stages: trace and convert every pipeline of the test afresh (tests/stage_sharing.py)"
+    )
+    stage_sharing.install()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_stages_when_marked(request):
+    """Tests about the caches, their keys and traces read how a stage runs: they never share one."""
+    if request.node.get_closest_marker("fresh_stages") is None:
+        yield
+        return
+    from tests import stage_sharing
+
+    with stage_sharing.routed(shared=False):
+        yield

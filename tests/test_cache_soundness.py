@@ -21,6 +21,9 @@ from harness.pipeline import Pipeline, RunSettings
 from tests import preloaded_python
 from tests.pass_defects import dropping_split_output_qparams
 
+# the caches, their keys and traces are what these tests read: no stage is shared (tests/stage_sharing.py)
+pytestmark = pytest.mark.fresh_stages
+
 REPO = Path(__file__).resolve().parents[1]
 CHECKS = {check.name: check for check in all_checks()}
 LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")

@@ -4,6 +4,7 @@ a wrapper method patched in place, the tico install) misses."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from cases.nn import CASES as NN_CASES
@@ -11,6 +12,9 @@ from harness.export import circle_cache
 from harness.export.circle_cache import CircleCache, cache_key
 from harness.export.stages import convert_to_circle
 from harness.pipeline import Pipeline, unwrap
+
+# the caches, their keys and traces are what these tests read: no stage is shared (tests/stage_sharing.py)
+pytestmark = pytest.mark.fresh_stages
 
 LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
 

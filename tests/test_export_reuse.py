@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from cases.llama import CASES as LLAMA_CASES
@@ -20,6 +21,9 @@ from harness.export import export_reuse
 from harness.export.execution_key import execution_key
 from harness.export.export_reuse import ExportCache
 from harness.pipeline import Pipeline, RunSettings, unwrap
+
+# the caches, their keys and traces are what these tests read: no stage is shared (tests/stage_sharing.py)
+pytestmark = pytest.mark.fresh_stages
 
 REPO = Path(__file__).resolve().parents[1]
 LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")

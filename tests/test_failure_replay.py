@@ -18,6 +18,9 @@ from cases.qwen3_vl_text import CASES as QWEN_TEXT_CASES
 from harness.export import failure_replay
 from harness.pipeline import Pipeline, RunSettings, StageError, StageTimeout
 
+# the caches, their keys and traces are what these tests read: no stage is shared (tests/stage_sharing.py)
+pytestmark = pytest.mark.fresh_stages
+
 REPO = Path(__file__).resolve().parents[1]
 LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
 # torch.export refuses its adapter (a data-dependent size in the vision merge); eager runs it.
