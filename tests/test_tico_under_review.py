@@ -5,7 +5,8 @@ TICO checkout under review is (scripts/env.sh's WRAPQ_TICO=<dir> puts the tree i
     package at another path -> no failed item, every finding still open;
 (b) one finding fixed (a SLICE rule in PropagateQParamBackward) -> that finding fixed on exactly
     its items, exit 0; with --strict-findings the same run is red;
-(c) a realistic regression (QuantLinear stops fake-quantizing its output) -> red, with the diagnosis.
+(c) a realistic regression (QuantLinear stops fake-quantizing its output) -> red, with the diagnosis;
+(d) an identical copy at another path -> the recorded tico, judged strictly.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ _copy_tico = copy_tico
 _edit = edit
 
 
-def _run(tree: Path, tmp_path: Path, *extra: str, selection: tuple[str, ...] = SELECTION) -> tuple[int, dict, str]:
+def _run(
+    tree: Path | None, tmp_path: Path, *extra: str, selection: tuple[str, ...] = SELECTION, caches: bool = False
+) -> tuple[int, dict, str]:
     """The selection under pytest with ``tree`` first on the path; (exit code, results.json, output)."""
-    return run_harness(tree, tmp_path, *selection, *extra)
+    return run_harness(tree, tmp_path, *selection, *extra, caches=caches)
 
 
 def _outcomes(results: dict) -> dict[str, str]:
@@ -45,13 +48,21 @@ def _statuses(results: dict) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def pinned(tmp_path_factory):
-    """The selection on the installed (recorded) tico: the verdicts the other trees are read against."""
+    """The selection on the installed (recorded) tico with the project's caches, as the main job runs it: the
+    verdicts the other trees, converted cold, are read against (the caches are sound: tests/test_cache_soundness.py)."""
     tmp = tmp_path_factory.mktemp("pinned")
-    tree = _copy_tico(tmp, "pinned_copy")  # identical sources: recorded, judged strictly
-    code, results, output = _run(tree, tmp)
+    code, results, output = _run(None, tmp, caches=True)
     assert code == 0, output[-3000:]
     assert results["run"]["findings_strict"] is True
     return results
+
+
+def test_an_identical_copy_elsewhere_is_judged_as_the_recorded_tico(tmp_path):
+    tree = _copy_tico(tmp_path, "pinned_copy")  # identical sources at another path: recorded, judged strictly
+    code, results, output = run_harness(tree, tmp_path, "cases/nn.py::nn_linear[tiny]")
+    assert code == 0, output[-3000:]
+    assert results["run"]["tico"]["location"] == str(tree / "tico")
+    assert results["run"]["findings_strict"] is True
 
 
 def test_a_behaviour_neutral_tree_changes_no_verdict(tmp_path, pinned):

@@ -21,8 +21,12 @@ def installed_tico() -> Path:
 
 
 def copy_tico(tmp_path: Path, name: str) -> Path:
+    """The installed tico at ``tmp_path/name/tico``, its compiled modules included: the copy keeps each
+    source's modification time, so a module the test leaves alone is read from its bytecode (CI sets
+    PYTHONDONTWRITEBYTECODE: without it every nested run compiled tico again) and an edited one, newer
+    than its bytecode, is compiled from the edit."""
     tree = tmp_path / name
-    shutil.copytree(installed_tico(), tree / "tico", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(installed_tico(), tree / "tico")
     return tree
 
 
@@ -33,23 +37,18 @@ def edit(tree: Path, relative: str, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def run_harness(tree: Path, tmp_path: Path, *selection: str) -> tuple[int, dict, str]:
-    """pytest over ``selection`` (a ``-k`` expression or node ids) with ``tree`` first on the path,
-    caches off; (exit code, results.json, output)."""
-    report = tmp_path / f"reports-{tree.name}-{len(list(tmp_path.glob('reports-*')))}"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]), WRAPQ_TICO=str(tree))
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "--no-circle-cache",
-        "--no-export-cache",
-        f"--wrapq-report-dir={report}",
-        *selection,
-    ]
+def run_harness(tree: Path | None, tmp_path: Path, *selection: str, caches: bool = False) -> tuple[int, dict, str]:
+    """pytest over ``selection`` (a ``-k`` expression or node ids) with ``tree`` first on the path (None: the
+    installed tico), caches off unless ``caches`` (the project's own, as a user's run has them);
+    (exit code, results.json, output)."""
+    name = tree.name if tree is not None else "installed"
+    report = tmp_path / f"reports-{name}-{len(list(tmp_path.glob('reports-*')))}"
+    env = dict(os.environ)
+    if tree is not None:
+        env |= {"PYTHONPATH": os.pathsep.join([str(tree), str(REPO)]), "WRAPQ_TICO": str(tree)}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    cmd += [] if caches else ["--no-circle-cache", "--no-export-cache"]
+    cmd += [f"--wrapq-report-dir={report}", *selection]
     done = preloaded_python.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     results = json.loads((report / "results.json").read_text())
     return done.returncode, results, done.stdout + done.stderr
