@@ -6,7 +6,9 @@ same code again. Within one test process, a program is kept under the export cac
 and a conversion under the Circle cache's program key combined with the conversion code's
 fingerprint (harness/export/execution_key.py, harness/export/circle_cache.py): the keys the caches
 are tested sound with (tests/test_cache_soundness.py, tests/test_export_reuse.py), so a wrapper,
-observer or pass patched in memory is a miss and is traced and converted cold. A failed stage is
+observer or pass patched in memory is a miss and is traced and converted cold. What the keys do not
+walk (torch and the other libraries, patched) they do not see here either: a test that patches those
+around a stage is marked ``fresh_stages``, as the tests of the caches themselves are. A failed stage is
 never kept. Nested harness runs are separate processes and never share. ``WRAPQ_TESTS_FRESH_STAGES=1``
 turns the sharing off (every stage traced and converted, as before it existed).
 """
