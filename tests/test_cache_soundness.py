@@ -27,8 +27,9 @@ pytestmark = pytest.mark.fresh_stages
 REPO = Path(__file__).resolve().parents[1]
 CHECKS = {check.name: check for check in all_checks()}
 LINEAR = next(c for c in NN_CASES if c.name == "nn_linear")
-# A vision block: rotary halves come out of split_with_sizes (the qparams the pass patch drops).
-VISION_BLOCK = next(c for c in QWEN_VISION_CASES if c.name == "qwen3_vl_vision_block")
+# The smallest qwen3_vl vision graph whose rotary halves come out of split_with_sizes (the qparams the pass
+# patch drops).
+VISION_ATTENTION = next(c for c in QWEN_VISION_CASES if c.name == "qwen3_vl_vision_attention")
 
 
 def _pipeline(case, cache: Path | None) -> Pipeline:
@@ -53,12 +54,12 @@ def _drop_split_output_qparams(monkeypatch) -> None:
 
 
 def test_a_pass_patched_in_memory_is_a_miss_and_fails_as_cold(tmp_path, monkeypatch):
-    warm = _verdict(VISION_BLOCK, "qparam_audit", tmp_path)
+    warm = _verdict(VISION_ATTENTION, "qparam_audit", tmp_path)
     assert warm[0] and warm[2] == "miss", warm
-    assert _verdict(VISION_BLOCK, "qparam_audit", tmp_path)[2] == "hit"
+    assert _verdict(VISION_ATTENTION, "qparam_audit", tmp_path)[2] == "hit"
     _drop_split_output_qparams(monkeypatch)
-    patched = _verdict(VISION_BLOCK, "qparam_audit", tmp_path)
-    cold = _verdict(VISION_BLOCK, "qparam_audit", None)
+    patched = _verdict(VISION_ATTENTION, "qparam_audit", tmp_path)
+    cold = _verdict(VISION_ATTENTION, "qparam_audit", None)
     assert patched[2] == "miss" and not patched[0]
     assert patched[:2] == cold[:2]
     assert any("getitem" in problem and "has no qparam" in problem for problem in patched[1]), patched[1]

@@ -7,9 +7,9 @@ Measured (tests below print their numbers): on llama_mlp_real_l15 SQNR 66.9 -> 1
 0.0001 -> 0.36; on the 2-layer causal LM top-1 agreement 0.68 -> 0.07, KL 0.31 -> 2.35 nats. The
 tiny Llama cases are unchanged (their calibration batches have under 1000 elements, so a 0.1%
 tail is empty): the default profile cannot see it. The same MLP with random weights at the
-checkpoint's widths and Gaussian inputs loses 39 dB as well (printed, not asserted): at real
-widths the product gate*up has tails of its own, so it is the tiny widths, more than random
-weights, that hide this one.
+checkpoint's widths and Gaussian inputs lost 39 dB as well (measured 2026-12-02 at 82ed918; that
+run asserted nothing and is no longer kept): at real widths the product gate*up has tails of its
+own, so it is the tiny widths, more than random weights, that hide this one.
 
 The defect only real weight *distributions* expose (``defects.weight_channel_axis_transposed``, a
 QuantLinear weight observer per input feature instead of per output row) is measured on
@@ -22,9 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 
-from harness import Built, CaseInputs, Sample
 from harness.golden import defects
 from harness.model import real_weights as rw
 from harness.model.case import _probe
@@ -78,51 +76,20 @@ def _run(case, profile, seeded: bool, monkeypatch, checks=("quant_accuracy",)):
         return {name: CHECKS[name].run(pipeline) for name in checks}
 
 
-def _random_twin(case):
-    """The same MLP at the checkpoint's widths with random weights (HF init) and Gaussian inputs of
-    the real samples' shapes: what a random-weight profile at real dimensions would see."""
-    real_build = case.build
-
-    def build(profile):
-        from transformers.models.llama.modeling_llama import LlamaMLP
-
-        built = real_build(profile)
-        cfg = built.facts["config"]
-        module = LlamaMLP(cfg)
-        torch.nn.init.normal_(module.gate_proj.weight, std=cfg.initializer_range)
-        torch.nn.init.normal_(module.up_proj.weight, std=cfg.initializer_range)
-        torch.nn.init.normal_(module.down_proj.weight, std=cfg.initializer_range)
-        twin = lambda s: Sample(args=(torch.randn_like(s.args[0]),), valid_tokens=s.valid_tokens)  # noqa: E731
-        inputs = CaseInputs(
-            calibration=tuple(twin(s) for s in built.inputs.calibration),
-            evaluation={k: twin(s) for k, s in built.inputs.evaluation.items()},
-        )
-        return Built(module, inputs, built.facts)
-
-    return dataclasses.replace(case, name=case.name + "_random_twin", build=build)
-
-
 @needs_weights
-def test_percentile_clipping_is_caught_on_real_weights_and_hidden_by_random_ones(monkeypatch):
+def test_percentile_clipping_is_caught_on_real_weights(monkeypatch):
+    """The real MLP's activations have the 0.1% tails the clipping cuts; the tiny Llama cases' batches do not
+    (the next test)."""
     case = _real_cases()["llama_mlp_real_l15"]
     clean = _run(case, "real_weights", False, monkeypatch)["quant_accuracy"]
     seeded = _run(case, "real_weights", True, monkeypatch)["quant_accuracy"]
-    twin = _random_twin(case)
-    twin_clean = _run(twin, "real_weights", False, monkeypatch)["quant_accuracy"]
-    twin_seeded = _run(twin, "real_weights", True, monkeypatch)["quant_accuracy"]
     print(
         f"real: SQNR {clean.metrics['sqnr_db']:.2f} -> {seeded.metrics['sqnr_db']:.2f} dB, PEIR "
-        f"{clean.metrics['peir']:.4g} -> {seeded.metrics['peir']:.4g}; random twin: SQNR "
-        f"{twin_clean.metrics['sqnr_db']:.2f} -> {twin_seeded.metrics['sqnr_db']:.2f} dB"
+        f"{clean.metrics['peir']:.4g} -> {seeded.metrics['peir']:.4g}"
     )
     assert clean.passed, clean.problems
     assert not seeded.passed and any("SQNR" in p or "PEIR" in p for p in seeded.problems), seeded.problems
-    real_loss = clean.metrics["sqnr_db"] - seeded.metrics["sqnr_db"]
-    twin_loss = twin_clean.metrics["sqnr_db"] - twin_seeded.metrics["sqnr_db"]
-    # measured 2026-12-02: real 52.7 dB lost, random twin 39.2 dB: at these widths the MLP's
-    # gate*up product has tails even on random inputs; the tiny profile's batches have no 0.1% tail
-    print(f"SQNR lost: real {real_loss:.1f} dB, random twin {twin_loss:.1f} dB")
-    assert real_loss > 20, (real_loss, twin_loss)
+    assert clean.metrics["sqnr_db"] - seeded.metrics["sqnr_db"] > 20, (clean.metrics, seeded.metrics)
 
 
 def test_percentile_clipping_leaves_the_tiny_llama_cases_unchanged(monkeypatch):
