@@ -32,7 +32,11 @@ _edit = edit
 
 
 def _run(
-    tree: Path | None, tmp_path: Path, *extra: str, selection: tuple[str, ...] = SELECTION, caches: bool = False
+    tree: Path | None,
+    tmp_path: Path,
+    *extra: str,
+    selection: tuple[str, ...] = SELECTION,
+    caches: bool | Path = False,
 ) -> tuple[int, dict, str]:
     """The selection under pytest with ``tree`` first on the path; (exit code, results.json, output)."""
     return run_harness(tree, tmp_path, *selection, *extra, caches=caches)
@@ -93,7 +97,8 @@ def _slice_rule(tree: Path) -> None:
 def test_a_fixed_finding_is_reported_fixed_on_exactly_its_items(tmp_path, pinned):
     tree = _copy_tico(tmp_path, "slice_rule")
     _slice_rule(tree)
-    code, results, output = _run(tree, tmp_path)
+    tree_caches = tmp_path / "tree-caches"  # this tree's own: the strict run below reads its conversions
+    code, results, output = _run(tree, tmp_path, caches=tree_caches)
     assert code == 0, output[-3000:]
     assert results["run"]["findings_strict"] is False
     statuses = _statuses(results)
@@ -111,7 +116,9 @@ def test_a_fixed_finding_is_reported_fixed_on_exactly_its_items(tmp_path, pinned
         if "present-v-per-head-slice" in (r.get("findings") or {})
     }
     assert groups
-    strict_code, _, strict_output = _run(tree, tmp_path, "--strict-findings", selection=tuple(sorted(groups)))
+    strict_code, _, strict_output = _run(
+        tree, tmp_path, "--strict-findings", selection=tuple(sorted(groups)), caches=tree_caches
+    )
     assert strict_code == 1 and "expected problem(s) no longer occur" in strict_output, strict_output[-3000:]
 
 

@@ -37,9 +37,12 @@ def edit(tree: Path, relative: str, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def run_harness(tree: Path | None, tmp_path: Path, *selection: str, caches: bool = False) -> tuple[int, dict, str]:
+def run_harness(
+    tree: Path | None, tmp_path: Path, *selection: str, caches: bool | Path = False
+) -> tuple[int, dict, str]:
     """pytest over ``selection`` (a ``-k`` expression or node ids) with ``tree`` first on the path (None: the
-    installed tico), caches off unless ``caches`` (the project's own, as a user's run has them);
+    installed tico); caches off unless ``caches``: True for the project's own (as a user's run has them), a
+    directory for caches of the caller's own (a later run of the same tree reads what an earlier one stored);
     (exit code, results.json, output)."""
     name = tree.name if tree is not None else "installed"
     report = tmp_path / f"reports-{name}-{len(list(tmp_path.glob('reports-*')))}"
@@ -47,7 +50,10 @@ def run_harness(tree: Path | None, tmp_path: Path, *selection: str, caches: bool
     if tree is not None:
         env |= {"PYTHONPATH": os.pathsep.join([str(tree), str(REPO)]), "WRAPQ_TICO": str(tree)}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    cmd += [] if caches else ["--no-circle-cache", "--no-export-cache"]
+    if isinstance(caches, Path):
+        cmd += [f"--circle-cache={caches / 'circle'}", f"--export-cache={caches / 'export'}"]
+    elif not caches:
+        cmd += ["--no-circle-cache", "--no-export-cache"]
     cmd += [f"--wrapq-report-dir={report}", *selection]
     done = preloaded_python.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     results = json.loads((report / "results.json").read_text())
