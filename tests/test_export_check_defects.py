@@ -18,9 +18,9 @@ EXPORT_CHECKS = ["torch_export", "circle_replay", "qparam_audit", "calibration_c
 
 
 @pytest.mark.parametrize("check", EXPORT_CHECKS)
-@pytest.mark.parametrize("case", [VISION_ENCODER, VISION_MODEL], ids=lambda c: c.name)
-def test_clean_cases_pass_export_checks(case, check):
-    result = run_clean_check(case, check)
+def test_the_defects_case_passes_export_checks_clean(check):
+    """The clean side of the seeded defects below (every other case's clean items are the matrix's own)."""
+    result = run_clean_check(VISION_ENCODER, check)
     assert result.passed, problems_text(result)
 
 
