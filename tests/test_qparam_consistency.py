@@ -90,6 +90,8 @@ def test_an_unrelated_replacement_is_not_swallowed_by_the_diagnosis():
 
 
 def test_clean_cases_pass_under_the_scalar_kernels(tmp_path):
+    """With the project's caches, as a matrix run has them: calibrated under the scalar kernels, a program's
+    bytes (and so its keys) are not the native run's, and in .ci/run the scalar-kernel job converted it."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
     selection = "(qparam_consistency or circle_replay) and (nn_linear or nn_conv3d or qwen3_vl_text_attention_prefill)"
     done = preloaded_python.run(
@@ -104,8 +106,6 @@ def test_clean_cases_pass_under_the_scalar_kernels(tmp_path):
             selection,
             "--sweep",
             "off",
-            "--no-circle-cache",
-            "--no-export-cache",
             f"--wrapq-report-dir={tmp_path / 'reports'}",
         ],
         cwd=REPO,
