@@ -114,7 +114,7 @@ def skip_at_item(reason: str) -> None:
 
 
 # -- pytest-xdist -------------------------------------------------------------------------
-XDIST_SCHEDULER_MEMBERS = ("remove_node", "_reschedule", "_assign_work_unit", "_pending_of")
+XDIST_SCHEDULER_MEMBERS = ("remove_node", "_reschedule", "_assign_work_unit", "_pending_of", "_split_scope")
 XDIST_SCHEDULER_STATE = ("assigned_work", "workqueue")
 
 

@@ -63,7 +63,8 @@ class Pipeline(StageEngine):
         self.label = group_label(case, profile)
         super().__init__(case.name, self.label, self.settings.stage_timeout)
         # pytest node id of this (case, profile), set by the plugin; used in printed commands.
-        self.nodeid = f"{case.name}[{self.label}]"
+        # the groups key: a collected item sets it with its file (``cases/nn.py::nn_linear[tiny]``)
+        self.group = f"{case.name}[{self.label}]"
         # id() of every module of the quantized tree whose forward ran in a QUANT evaluation
         # (harness.tico_facts.wrapper_coverage: which registered wrappers a case exercises).
         self._quant_ran: set[int] = set()

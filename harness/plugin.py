@@ -4,8 +4,8 @@ collection tree and the items (harness/run/collection.py, harness/run/items.py),
 (harness/run/scheduling.py, harness/run/xdist_scheduler.py), and the end-of-run sink that writes
 results.json, the report, history and goldens (harness/run/run_sink.py).
 
-Under xdist the plugin picks ``--dist loadscope``, whose scope is everything before the last
-``::`` -- one case and profile -- so a case's items share one worker and its pipeline. Results
+Under xdist the plugin picks ``--dist loadscope``, scoped by (case, profile) group
+(harness/run/xdist_scheduler.py), so a group's items share one worker and its pipeline. Results
 ride on each report (``report.wrapq_record``) to the controller, which alone writes.
 """
 
@@ -20,7 +20,7 @@ from harness import compat
 from harness.checks import all_checks
 from harness.primitives.stage_engine import StageError
 from harness.records import rerun
-from harness.run import hookspecs
+from harness.run import group_args, hookspecs
 from harness.run.collection import CaseFile
 from harness.run.coverage_run import TicoCoverageRun
 from harness.run.items import CAPABILITY_MARKERS, CheckItem, register_marker
@@ -82,6 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if state.given_cases_dirs and config.args_source == pytest.Config.ArgsSource.TESTPATHS:
         # --wrapq-cases-dir without path arguments: run those cases, not the project's testpaths.
         config.args = [str(d) for d in state.given_cases_dirs]
+    group_args.rewrite(config)
     for check in checks:
         register_marker(config, check.name, f"the {check.name} check of every case")
     register_marker(config, "sweep", "every variant of a swept case (Case.sweep); sweep(axis=value) selects by value")
@@ -118,7 +119,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Flag duplicate case names, order case groups longest first, keep only this shard's."""
+    """Keep the groups the arguments name, flag duplicate case names, order case groups longest first,
+    keep only this shard's."""
+    group_args.deselect(config, items)
     _flag_duplicates(items)
     state = state_of(config)
     groups = {id(item): _group_id(item) for item in items}

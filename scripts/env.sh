@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create or reuse .venv from the pinned files, then run the given command inside it.
+# Create or reuse .venv from the pinned files, then run the given command inside it (pytest with
+# this project's pyproject.toml as its config, wherever its path arguments point).
 #
 # .venv is rebuilt only when the dependency declarations change: constraints.txt and the
 # [project]/[build-system] tables of pyproject.toml (not pytest's settings).
@@ -78,4 +79,11 @@ if [ -n "${WRAPQ_TICO:-}" ]; then
     export WRAPQ_TICO
 fi
 export PATH="$venv/bin:$PATH"
+# pytest takes its rootdir, and so its config, from the common directory of its path arguments, a
+# path option's value given as '--opt DIR' among them: a case file or a tico beside the project would
+# drop this project's pyproject.toml. Name it, so path arguments and options work in either form.
+if [ "${1:-}" = pytest ]; then
+    shift
+    set -- pytest --config-file="$root/pyproject.toml" "$@"
+fi
 exec "$@"

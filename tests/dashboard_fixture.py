@@ -95,7 +95,7 @@ def build(
                         values[metric] = value
                     results.append(
                         {
-                            "nodeid": f"cases/{FAMILIES[c % len(FAMILIES)]}.py::{case}[{profile}]::{check}",
+                            "nodeid": f"cases/{FAMILIES[c % len(FAMILIES)]}.py::{case}::{check}[{profile}]",
                             "case": case,
                             "profile": profile,
                             "check": check,

@@ -68,3 +68,15 @@ def outcome_counts(output: str) -> dict[str, int]:
     the deselected count (which only a run without xdist prints) is the selection's, not an outcome."""
     closing = output.splitlines()[-1].rsplit(" in ", 1)[0]
     return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", closing) if word != "deselected"}
+
+
+def printed_pytest_args(command: str) -> list[str]:
+    """A printed ``./scripts/env.sh pytest ARGS`` as the arguments pytest gets: env.sh names the
+    project's config first (tests/test_rerun.py runs such commands through env.sh itself)."""
+    import shlex
+    from pathlib import Path
+
+    prefix = "./scripts/env.sh pytest "
+    assert command.startswith(prefix), command
+    config = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    return [f"--config-file={config}", *shlex.split(command.removeprefix(prefix))]

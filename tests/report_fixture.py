@@ -12,7 +12,7 @@ HOSTILE = "<script>alert('x')</script>"
 
 def record(case: str, check: str, outcome: str = "passed", profile: str = "tiny", **extra) -> dict:
     rec = {
-        "nodeid": f"cases/fixture.py::{case}[{profile}]::{check}",
+        "nodeid": f"cases/fixture.py::{case}::{check}[{profile}]",
         "case": case,
         "profile": profile,
         "check": check,

@@ -188,7 +188,7 @@ def test_the_overview_of_the_whole_matrix_fits_a_1400_px_window(chromium, tmp_pa
     names = ["gemma4_text_decoder_layer_sliding_prefill", "qwen3_vl_vision_patch_merger", "llama_for_causal_lm"]
     for i, name in enumerate(names * 10):
         doc["results"].append(
-            dict(template, case=f"{name}_{i}", nodeid=f"cases/x.py::{name}_{i}[tiny]::noquant_parity")
+            dict(template, case=f"{name}_{i}", nodeid=f"cases/x.py::{name}_{i}::noquant_parity[tiny]")
         )
     report = write_report(doc, tmp_path / "report.html")
     done = subprocess.run(

@@ -30,12 +30,12 @@ LLAMA_MLP = next(c for c in LLAMA_CASES if c.name == "llama_mlp")
 
 
 def _structure_run(
-    golden_dir: Path, case=NN_LINEAR, update: str | None = None, base: Path | None = None, nodeid: str | None = None
+    golden_dir: Path, case=NN_LINEAR, update: str | None = None, base: Path | None = None, group: str | None = None
 ):
     settings = RunSettings(golden_dir=golden_dir, update_golden=update, base_results=base)
     pipeline = Pipeline(case, "tiny", settings=settings)
-    if nodeid is not None:  # as collection sets it (harness/run/items.py): the file, then the group
-        pipeline.nodeid = nodeid
+    if group is not None:  # as collection sets it (harness/run/items.py): the file, then the group
+        pipeline.group = group
     return CHECKS["circle_structure"].run(pipeline)
 
 
@@ -58,8 +58,8 @@ def test_a_structure_difference_is_named_by_op_scope_and_count():
 
 
 def test_a_missing_or_damaged_baseline_fails_with_the_command_that_writes_it(tmp_path):
-    text = problems_text(_structure_run(tmp_path, nodeid="cases/nn.py::nn_linear[tiny]"))
-    command = "./scripts/env.sh pytest 'cases/nn.py::nn_linear[tiny]' -k circle_structure --update-golden"
+    text = problems_text(_structure_run(tmp_path, group="cases/nn.py::nn_linear[tiny]"))
+    command = "./scripts/env.sh pytest 'cases/nn.py::nn_linear::circle_structure[tiny]' --update-golden"
     assert "no structure baseline" in text and command in text
     file = structure_store.path(tmp_path, "nn_linear", "tiny")
     file.parent.mkdir(parents=True)
@@ -91,13 +91,13 @@ def test_with_a_baseline_run_the_base_runs_structure_is_the_reference(tmp_path):
     current = _structure_run(tmp_path).evidence["structure"]
     base_structure = json.loads(json.dumps(current))
     base_structure["ops"]["QuantLinear"]["FULLY_CONNECTED"] = 3
-    record = {"nodeid": "cases/nn.py::nn_linear[tiny]::circle_structure", "evidence": {"structure": base_structure}}
+    record = {"nodeid": "cases/nn.py::nn_linear::circle_structure[tiny]", "evidence": {"structure": base_structure}}
     base = tmp_path / "base" / "results.json"
     base.parent.mkdir()
     base.write_text(json.dumps({"run": {"run_id": "b"}, "results": [record]}))
     result = _structure_run(tmp_path, base=base)
     assert "against the base run" in problems_text(result) and "FULLY_CONNECTED 3 -> 1" in problems_text(result)
-    collected = _structure_run(tmp_path, base=base, nodeid="cases/nn.py::nn_linear[tiny]")
+    collected = _structure_run(tmp_path, base=base, group="cases/nn.py::nn_linear[tiny]")
     assert "against the base run" in problems_text(collected), collected.notes
 
 

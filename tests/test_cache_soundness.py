@@ -18,6 +18,7 @@ from cases.qwen3_vl import CASES as QWEN_VISION_CASES
 from harness.checks import all_checks
 from harness.export.circle_cache import conversion_code_fingerprint
 from harness.pipeline import Pipeline, RunSettings
+from harness.records import node_ids
 from tests import preloaded_python
 from tests.pass_defects import dropping_split_output_qparams
 
@@ -165,7 +166,11 @@ def _audit_failures(tmp_path: Path, cache: bool, plugin: bool) -> tuple[int, set
     if plugin:
         cmd += ["-p", "tests.patched_pass_plugin"]
     done = preloaded_python.run(cmd, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=900)
-    failed = {line.split("::")[1] for line in done.stdout.splitlines() if line.startswith("FAILED ")}
+    failed = {
+        node_ids.group_of(line.split()[1]).split("::")[1]
+        for line in done.stdout.splitlines()
+        if line.startswith("FAILED ")
+    }
     return done.returncode, failed
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 from harness.checks import builtin_checks
 from tests import preloaded_python
+from tests.helpers import printed_pytest_args
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,10 +43,9 @@ def test_a_case_directory_outside_the_project_runs_green_in_two_runs(tmp_path):
     command = next(line for line in first.stdout.splitlines() if "create it with: " in line).split("create it with: ")[
         1
     ]
-    assert command.startswith(f"./scripts/env.sh pytest --wrapq-cases-dir={cases} -k ")
-
-    args = shlex.split(command.removeprefix("./scripts/env.sh pytest "))
-    _pytest(*args, f"--wrapq-report-dir={tmp_path / 'r2'}")
+    item = f"{cases}/outside_case.py::outside_linear::golden[tiny]"
+    assert command == f"./scripts/env.sh pytest --wrapq-cases-dir={cases} '{item}' --update-golden"
+    _pytest(*printed_pytest_args(command), f"--wrapq-report-dir={tmp_path / 'r2'}")
     assert (cases / "golden" / "outside_linear.tiny.safetensors").is_file()
     assert sorted(p.name for p in (REPO / "golden").iterdir()) == project_goldens
 

@@ -72,13 +72,13 @@ PER_ITEM = {
 
 def test_a_map_recorded_per_item_selects_the_items_whose_stages_or_own_code_ran_the_change():
     circle = select([Change("utils/convert.py", FUNCTION, "convert_exported_module_to_circle")], PER_ITEM)
-    assert circle.per_item and circle.units == {"nn_linear[tiny]::circle_structure"}
+    assert circle.per_item and circle.units == {"nn_linear::circle_structure[tiny]"}
     assert [str(r) for r in circle.reasons] == [f"{CONVERT} -> 1 item(s)"]
     forward = select([Change(LINEAR, FUNCTION, "QuantLinear.forward")], PER_ITEM)
-    assert forward.units == {"nn_linear[tiny]::quant_accuracy", "nn_linear[tiny]::circle_structure"}
-    assert select([Change(LINEAR, FUNCTION, "QuantLinear.__init__")], PER_ITEM).units == {"nn_linear[tiny]::lifecycle"}
+    assert forward.units == {"nn_linear::quant_accuracy[tiny]", "nn_linear::circle_structure[tiny]"}
+    assert select([Change(LINEAR, FUNCTION, "QuantLinear.__init__")], PER_ITEM).units == {"nn_linear::lifecycle[tiny]"}
     assert select([Change(LINEAR, MODULE)], PER_ITEM).units == {
-        f"nn_linear[tiny]::{c}" for c in PER_ITEM["checks"]["nn_linear[tiny]"]
+        f"nn_linear::{c}[tiny]" for c in PER_ITEM["checks"]["nn_linear[tiny]"]
     }
 
 
@@ -109,20 +109,20 @@ def test_a_change_inside_blocks_selects_the_items_that_entered_them_where_the_ma
         return Change(LINEAR, FUNCTION, "QuantLinear.forward", frozenset(lines))
 
     inside_if = select([forward({40})], WITH_LINES, SAME_BASE)
-    assert inside_if.units == {"nn_linear[tiny]::circle_structure"}
+    assert inside_if.units == {"nn_linear::circle_structure[tiny]"}
     assert [str(r) for r in inside_if.reasons] == [
         f"{LINEAR}::QuantLinear.forward, inside the blocks at line(s) 40 -> 1 item(s)"
     ]
     # an anchor run under a stage reaches every item reading that stage
     assert select([forward({30})], WITH_LINES, SAME_BASE).units == {
-        "nn_linear[tiny]::quant_accuracy",
-        "nn_linear[tiny]::circle_structure",
+        "nn_linear::quant_accuracy[tiny]",
+        "nn_linear::circle_structure[tiny]",
     }
     assert select([forward({60})], WITH_LINES, SAME_BASE).units == set()  # an anchor no item ran
     assert select([forward(set())], WITH_LINES, SAME_BASE).units == set()  # only code beside it changed
     assert select([forward({50})], WITH_LINES, SAME_BASE).everything  # run outside every item
     # not narrowed: the file differs from the map's, no BASE hashes, a map without lines, no anchors
-    whole = {"nn_linear[tiny]::quant_accuracy", "nn_linear[tiny]::circle_structure"}
+    whole = {"nn_linear::quant_accuracy[tiny]", "nn_linear::circle_structure[tiny]"}
     assert select([forward({40})], WITH_LINES, {**SAME_BASE, LINEAR: "cccc"}).units == whole
     assert select([forward({40})], WITH_LINES).units == whole
     assert select([forward({40})], PER_ITEM, SAME_BASE).units == whole
@@ -136,9 +136,9 @@ def test_a_map_with_lines_round_trips_and_an_older_map_without_them_still_loads(
     loaded = item_map.load(tmp_path / "m.json.gz")
     assert {key: loaded[key] for key in WITH_LINES} == WITH_LINES
     assert item_map.item_reach(loaded, "lines") == {
-        "nn_linear[tiny]::quant_accuracy": {0},
-        "nn_linear[tiny]::circle_structure": {0, 1},
-        "nn_linear[tiny]::lifecycle": set(),
+        "nn_linear::quant_accuracy[tiny]": {0},
+        "nn_linear::circle_structure[tiny]": {0, 1},
+        "nn_linear::lifecycle[tiny]": set(),
     }
     item_map.write(PER_ITEM, tmp_path / "old.json", {})
     assert item_map.item_reach(item_map.load(tmp_path / "old.json"), "lines") is None

@@ -54,14 +54,14 @@ def test_failures_are_labelled_drift_with_versions_and_error(pytester):
         {"package": "transformers", "pinned": "5.0.0", "installed": PINNED["transformers"]}
     ]
     by_id = {r["nodeid"]: r for r in doc["results"]}
-    strict = by_id["cases/drift.py::too_strict[tiny]::quant_accuracy"]
+    strict = by_id["cases/drift.py::too_strict::quant_accuracy[tiny]"]
     assert strict["drift"]["kind"] == "failed" and strict["drift"]["error"].startswith("- [default] PEIR")
-    moved = by_id["cases/drift.py::api_moved[tiny]::noquant_parity"]
+    moved = by_id["cases/drift.py::api_moved::noquant_parity[tiny]"]
     assert moved["drift"]["versions"] == f"transformers 5.0.0 -> {PINNED['transformers']}"
     assert "get_rope_index" in moved["drift"]["error"] and "reference" in moved["drift"]["error"]
-    fixed = by_id["cases/drift.py::fixed_upstream[tiny]::noquant_parity"]
+    fixed = by_id["cases/drift.py::fixed_upstream::noquant_parity[tiny]"]
     assert fixed["drift"]["kind"] == "expected failure now passes"
-    assert "drift" not in by_id["cases/drift.py::too_strict[tiny]::noquant_parity"]  # passed: not drift
+    assert "drift" not in by_id["cases/drift.py::too_strict::noquant_parity[tiny]"]  # passed: not drift
     assert "drift run" in (project.path / "reports" / "report.html").read_text()
 
 

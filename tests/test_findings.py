@@ -317,7 +317,7 @@ def test_review_mode_through_pytest(pytester, recorded):
         }
         return
     assert set(outcomes.values()) == {"passed"}, outcomes
-    stale = next(r for r in doc["results"] if r["nodeid"].endswith("stale_allowlist[tiny]::observer_use"))
+    stale = next(r for r in doc["results"] if r["nodeid"].endswith("stale_allowlist::observer_use[tiny]"))
     assert stale["stale_allowlist"] and "obs_renamed*" in stale["stale_allowlist"][0]
     statuses = {f["id"]: f["status"] for f in doc["run"]["findings"]}
     assert statuses == {"gone-finding": "fixed"}

@@ -187,7 +187,7 @@ def test_version_change_is_named(golden_copy):
 def test_missing_golden_fails_with_the_command(tmp_path):
     text = problems_text(GOLDEN.run(_pipeline(tmp_path)))
     assert "no golden for gemma4_vision_encoder[tiny]" in text
-    assert "create it with: ./scripts/env.sh pytest 'gemma4_vision_encoder[tiny]' -k golden --update-golden" in text
+    assert "create it with: ./scripts/env.sh pytest 'gemma4_vision_encoder::golden[tiny]' --update-golden" in text
 
 
 def test_missing_manifest_fails_cleanly(golden_copy):

@@ -26,9 +26,9 @@ def _doc(commit: str, day: int, tico: str, peir: float = 0.05, sqnr: float = 30.
     doc = results_doc(commit=commit, peir=peir, started=f"2026-11-{day:02d}T02:00:00Z")
     doc["run"]["versions"]["tico"] = tico
     for rec in doc["results"]:
-        if rec["nodeid"] == "cases/fixture.py::good_case[tiny]::quant_accuracy":
+        if rec["nodeid"] == "cases/fixture.py::good_case::quant_accuracy[tiny]":
             rec["metrics"]["sqnr_db"] = sqnr
-        if rec["nodeid"] == "cases/fixture.py::good_case[tiny]::circle_replay":
+        if rec["nodeid"] == "cases/fixture.py::good_case::circle_replay[tiny]":
             rec["metrics"]["fake_quantize_max_steps"] = steps
     return doc
 
@@ -91,7 +91,7 @@ def test_regression_acknowledged_change_and_dependency_bump_are_three_different_
     peir = _entry(summary, PEIR, "regression")
     assert peir["moved"]["text"] == f"commit {C1[:12]} -> {C2[:12]}; versions unchanged"
     assert (peir["moved"]["from_run"], peir["moved"]["to_run"]) == (4, 5) and not peir["moved"]["dependency_bump"]
-    assert peir["repro"] == "./scripts/env.sh pytest 'cases/fixture.py::good_case[tiny]' -k quant_accuracy"
+    assert peir["repro"] == "./scripts/env.sh pytest 'cases/fixture.py::good_case::quant_accuracy[tiny]'"
 
     steps = _entry(summary, STEPS, "regression")
     assert steps["moved"]["text"] == f"versions moved: tico 0.3.0 -> 0.3.1; same commit {C1[:12]}"
@@ -121,7 +121,7 @@ def test_fail_on_regression_exits_non_zero_only_for_unacknowledged_regressions(d
         f"  REGRESSION good_case[tiny] quant_accuracy peir: 0.08 vs median 0.05 "
         f"(commit {C1[:12]} -> {C2[:12]}; versions unchanged)"
     ]
-    assert "repro: ./scripts/env.sh pytest 'cases/fixture.py::good_case[tiny]' -k quant_accuracy" in out
+    assert "repro: ./scripts/env.sh pytest 'cases/fixture.py::good_case::quant_accuracy[tiny]'" in out
     assert "ACKNOWLEDGED good_case[tiny] circle_replay fake_quantize_max_steps" in out
     assert "ACKNOWLEDGED good_case[tiny] quant_accuracy sqnr_db" in out
     all_three = _acks(tmp_path, ACK_SQNR, ACK_STEPS, ACK_PEIR, name="three.toml")
@@ -182,7 +182,7 @@ def test_summary_markdown_lists_regressions_then_acknowledged_then_stale(db, tmp
     assert "**2 unacknowledged regression(s)**" in text
     assert "- versions moved: tico 0.3.0 -> 0.3.1 (latest run against its baseline window)" in text
     regressions = text[text.index("### Regressions (2)") : text.index("### Acknowledged (1)")]
-    assert "`./scripts/env.sh pytest 'cases/fixture.py::good_case[tiny]' -k quant_accuracy`" in regressions
+    assert "`./scripts/env.sh pytest 'cases/fixture.py::good_case::quant_accuracy[tiny]'`" in regressions
     assert "versions moved: tico 0.3.0 -> 0.3.1; same commit" in regressions
     assert "+60.0%" in regressions
     acknowledged = text[text.index("### Acknowledged (1)") : text.index("### Stale acknowledgements (1)")]

@@ -96,7 +96,7 @@ def test_a_database_in_the_previous_schema_is_migrated_and_its_data_survive(tmp_
             "INSERT INTO items (run_id, nodeid, case_name, profile, check_name, outcome) VALUES (?, ?, ?, ?, ?, ?)",
             (
                 run_id,
-                "cases/fixture.py::good_case[tiny]::quant_accuracy",
+                "cases/fixture.py::good_case[tiny]::quant_accuracy",  # the node ids of that time
                 "good_case",
                 "tiny",
                 "quant_accuracy",
@@ -111,12 +111,16 @@ def test_a_database_in_the_previous_schema_is_migrated_and_its_data_survive(tmp_
     assert history.schema_version(db) == 0
 
     summary = dashboard.dashboard(db, tmp_path / "d.html")  # opening with the new code migrates
-    assert history.schema_version(db) == history.SCHEMA_VERSION == 1
+    assert history.schema_version(db) == history.SCHEMA_VERSION == 2
     con = sqlite3.connect(db)
     assert {r[1] for r in con.execute("PRAGMA table_info(runs)")} >= {"testbed", "platform"}
     assert {r[1] for r in con.execute("PRAGMA table_info(metrics)")} >= {"better", "policy"}
     assert con.execute("SELECT value FROM metrics ORDER BY run_id").fetchall() == [(0.05,), (0.05,), (0.05,), (0.08,)]
     assert con.execute("SELECT commit_sha FROM runs WHERE id = 4").fetchone() == ("c4000000",)
+    # the items' node ids read in today's form, so their rerun commands run
+    assert {r[0] for r in con.execute("SELECT nodeid FROM items")} == {
+        "cases/fixture.py::good_case::quant_accuracy[tiny]"
+    }
     con.close()
     assert summary["runs"] == 4
     if with_better:  # the old rows are judged as before, on the "testbed not recorded"
@@ -129,7 +133,7 @@ def test_a_database_in_the_previous_schema_is_migrated_and_its_data_survive(tmp_
     history.append_run(db, _doc(peir=0.2, day=5))
     summary = dashboard.dashboard(db, tmp_path / "d.html")
     assert [tb["id"] for tb in summary["testbeds"]] == [history.testbed_id(PLATFORM_A), None]
-    assert history.schema_version(db) == 1 and _counts(db)[0] == 5
+    assert history.schema_version(db) == 2 and _counts(db)[0] == 5
 
 
 def test_a_database_from_a_newer_harness_is_refused(tmp_path, capsys):
@@ -138,10 +142,11 @@ def test_a_database_from_a_newer_harness_is_refused(tmp_path, capsys):
     con = sqlite3.connect(db)
     con.execute(f"PRAGMA user_version = {history.SCHEMA_VERSION + 1}")
     con.close()
-    with pytest.raises(history.HistoryError, match="schema version 2; this harness reads up to 1"):
+    newer, ours = history.SCHEMA_VERSION + 1, history.SCHEMA_VERSION
+    with pytest.raises(history.HistoryError, match=f"schema version {newer}; this harness reads up to {ours}"):
         history.append_run(db, _doc())
     assert history_command.main(["dashboard", "--db", str(db), "--out", str(tmp_path / "d.html")]) == 2
-    assert "schema version 2" in capsys.readouterr().err
+    assert f"schema version {newer}" in capsys.readouterr().err
     assert _counts(db)[0] == 1
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from harness import Case
 from harness.checks import all_checks
+from harness.records import node_ids
 from tests import preloaded_python
 from tests.helpers import PINNED
 
@@ -95,12 +96,12 @@ def _results(pytester) -> dict:
 def test_collection_ids_are_readable(project):
     result = preloaded_python.runpytest(project, "--collect-only", "-q")
     lines = [line for line in result.outlines if "::" in line]
-    assert "cases/toy.py::toy_linear[tiny]::quant_accuracy" in lines
-    assert "cases/toy.py::toy_linear[tiny]::rotary_parity" in lines
+    assert "cases/toy.py::toy_linear::quant_accuracy[tiny]" in lines
+    assert "cases/toy.py::toy_linear::rotary_parity[tiny]" in lines
     # Only the default profile is collected unless asked.
     assert not any("[wide]" in line for line in lines)
     result = preloaded_python.runpytest(project, "--collect-only", "-q", "--profile", "wide")
-    assert any(line == "cases/toy.py::toy_linear[wide]::noquant_parity" for line in result.outlines)
+    assert any(line == "cases/toy.py::toy_linear::noquant_parity[wide]" for line in result.outlines)
 
 
 def test_skip_reasons_and_results_json(project):
@@ -112,12 +113,12 @@ def test_skip_reasons_and_results_json(project):
     assert "case unavailable: requires module no_such_module_xyz, which is not importable" in out
     doc = _results(project)
     by_id = {r["nodeid"]: r for r in doc["results"]}
-    acc = by_id["cases/toy.py::toy_linear[tiny]::quant_accuracy"]
+    acc = by_id["cases/toy.py::toy_linear::quant_accuracy[tiny]"]
     assert acc["outcome"] == "passed"
     assert acc["case"] == "toy_linear" and acc["profile"] == "tiny" and acc["check"] == "quant_accuracy"
     assert 0 < acc["metrics"]["peir"] < 0.3
     assert {"reference", "wrap", "prepare", "calibrate", "convert"} <= set(acc["stage_timings"])
-    skipped = by_id["cases/toy.py::toy_missing[tiny]::noquant_parity"]
+    skipped = by_id["cases/toy.py::toy_missing::noquant_parity[tiny]"]
     assert skipped["outcome"] == "skipped" and "no_such_module_xyz" in skipped["message"]
     assert doc["run"]["versions"]["tico"] == PINNED["tico"]
     assert doc["run"]["counts"] == {"passed": LINEAR_APPLICABLE, "skipped": 3 * N_CHECKS - LINEAR_APPLICABLE}
@@ -143,8 +144,8 @@ def test_second_case_directory_and_golden_kept_for_tiny_only(pytester):
     assert "keeps goldens for profile(s) tiny only; the wide profile is gated by its thresholds" in result.stdout.str()
     outcomes = {r["nodeid"]: r["outcome"] for r in _results(pytester)["results"]}
     assert outcomes == {
-        "extra/cases/nightly.py::toy_nightly[wide]::golden": "skipped",
-        "extra/cases/nightly.py::toy_nightly[wide]::quant_accuracy": "passed",
+        "extra/cases/nightly.py::toy_nightly::golden[wide]": "skipped",
+        "extra/cases/nightly.py::toy_nightly::quant_accuracy[wide]": "passed",
     }
 
 
@@ -167,7 +168,7 @@ def test_xdist_results_are_merged_on_the_controller(project):
     workers: dict[str, set[str]] = {}
     for line in result.outlines:
         if line.startswith("[gw") and "::" in line:
-            group = line.split()[-1].rsplit("::", 1)[0]
+            group = node_ids.group_of(line.split()[-1])
             workers.setdefault(group, set()).add(line.split()[0])
     assert len(workers) == 4 and all(len(w) == 1 for w in workers.values()), workers
     # Each worker reports its own overhead and memory to the controller (the benchmark reads them).
@@ -180,7 +181,7 @@ def test_xdist_results_are_merged_on_the_controller(project):
     doc = _results(project)
     assert len(doc["results"]) == 4 * N_CHECKS
     outcomes = {r["nodeid"]: r["outcome"] for r in doc["results"]}
-    assert outcomes["cases/toy.py::toy_linear[wide]::quant_accuracy"] == "passed"
+    assert outcomes["cases/toy.py::toy_linear::quant_accuracy[wide]"] == "passed"
     assert all(r.get("family") == "nn" for r in doc["results"])
     report = (project.path / "reports" / "report.html").read_text()
     assert "toy_linear" in report and '<table id="overview">' in report

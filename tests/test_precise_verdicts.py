@@ -148,7 +148,7 @@ def test_last_failed_selects_the_failing_items_only(project):
 def test_markers_select_by_check_family_and_profile(project):
     by_check = preloaded_python.runpytest(project, "-p", "no:xdist", "--collect-only", "-q", "-m", "lifecycle and toy")
     lines = [line for line in by_check.stdout.lines if "::" in line]
-    assert len(lines) == 3 and all(line.endswith("::lifecycle") for line in lines)
+    assert len(lines) == 3 and all(line.endswith("::lifecycle[tiny]") for line in lines)
     assert (
         preloaded_python.runpytest(
             project, "-p", "no:xdist", "--collect-only", "-q", "-m", "other and tiny", "--strict-markers"
@@ -167,7 +167,7 @@ def test_junit_carries_scalars_not_the_record(project):
 
 def test_existing_report_dir_given_with_a_space_is_refused_not_misread(tmp_path):
     """pytest would take the existing directory as its rootdir and collect tests/ instead of the
-    cases; the plugin refuses with the fix instead of running the wrong thing."""
+    cases; the plugin refuses with the fix instead of running the wrong thing, and scripts/env.sh applies it."""
     import sys
     from pathlib import Path
 
@@ -179,7 +179,7 @@ def test_existing_report_dir_given_with_a_space_is_refused_not_misread(tmp_path)
         text=True,
         timeout=300,
     )
-    assert done.returncode != 0 and "write path options as '--wrapq-report-dir=DIR'" in done.stderr + done.stdout
+    assert done.returncode != 0 and f"add --config-file={repo / 'pyproject.toml'}" in done.stderr + done.stdout
     fixed = preloaded_python.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", f"--wrapq-report-dir={tmp_path}"],
         cwd=repo,
@@ -188,6 +188,17 @@ def test_existing_report_dir_given_with_a_space_is_refused_not_misread(tmp_path)
         timeout=300,
     )
     assert fixed.returncode == 0 and "tests collected" in fixed.stdout
+    # the README's wrapper names the config, so the shipped command takes either form
+    import subprocess
+
+    wrapped = subprocess.run(
+        ["./scripts/env.sh", "pytest", "--collect-only", "-q", "--wrapq-report-dir", str(tmp_path), "cases/nn.py"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert wrapped.returncode == 0 and "cases/nn.py::nn_linear::golden[tiny]" in wrapped.stdout, wrapped.stderr[-2000:]
 
 
 def test_an_identity_observer_is_float_by_policy_and_a_never_fed_affine_one_still_fails():

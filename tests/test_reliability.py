@@ -172,10 +172,10 @@ def test_dying_worker_and_hung_stage_fail_alone(session_project):
     assert done.returncode == 1, out[-3000:]
     doc = json.loads((session_project / "reports" / "results.json").read_text())
     outcomes = {r["nodeid"].split("::", 1)[1]: r["outcome"] for r in doc["results"]}
-    assert outcomes["aaa_linear[tiny]::quant_accuracy"] == "passed"
-    assert outcomes["zzz_linear[tiny]::quant_accuracy"] == "passed"
-    assert outcomes["hangs[tiny]::noquant_parity"] == "failed"
-    assert {outcomes["dies[tiny]::noquant_parity"], outcomes["dies[tiny]::quant_accuracy"]} <= {"crashed"}
+    assert outcomes["aaa_linear::quant_accuracy[tiny]"] == "passed"
+    assert outcomes["zzz_linear::quant_accuracy[tiny]"] == "passed"
+    assert outcomes["hangs::noquant_parity[tiny]"] == "failed"
+    assert {outcomes["dies::noquant_parity[tiny]"], outcomes["dies::quant_accuracy[tiny]"]} <= {"crashed"}
     assert "exceeded the per-stage limit of 10 s" in out
     assert re.search(r"worker 'gw\d' crashed", out)
     assert (session_project / "reports" / "report.html").exists()

@@ -23,7 +23,8 @@ def test_report_has_overview_plot_and_stack_trace():
     assert 'class="scatter"' in html and 'class="identity"' in html  # fp-vs-quant with the y=x line
     assert 'class="histogram"' in html
     assert '<pre class="stack-trace">File &#34;wrapper.py&#34;, line 12, in forward' in html
-    assert "./scripts/env.sh pytest &#39;cases/fixture.py::good_case[tiny]&#39;" in html
+    assert "./scripts/env.sh pytest cases/fixture.py::good_case<" in html  # a green row: its case
+    assert "./scripts/env.sh pytest &#39;cases/fixture.py::bad_case::quant_accuracy[tiny]&#39;" in html  # red: items
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html
 
 

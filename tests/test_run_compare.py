@@ -21,8 +21,8 @@ from tests import preloaded_python
 from tests.report_fixture import HOSTILE, results_doc
 
 REPO = Path(__file__).resolve().parents[1]
-GOLDEN = "cases/fixture.py::good_case[tiny]::golden"
-ACCURACY = "cases/fixture.py::good_case[tiny]::quant_accuracy"
+GOLDEN = "cases/fixture.py::good_case::golden[tiny]"
+ACCURACY = "cases/fixture.py::good_case::quant_accuracy[tiny]"
 
 
 def _write(path: Path, doc: dict) -> str:
@@ -151,20 +151,53 @@ def test_new_and_removed_items_and_ordering():
     head["results"].append(
         {
             **copy.deepcopy(removed),
-            "nodeid": "cases/fixture.py::new_case[tiny]::golden",
+            "nodeid": "cases/fixture.py::new_case::golden[tiny]",
             "case": "new_case",
             "outcome": "failed",
             "message": "E   AssertionError: boom",
         }
     )
-    _record(head, "cases/fixture.py::bad_case[tiny]::quant_accuracy")["outcome"] = "passed"
+    _record(head, "cases/fixture.py::bad_case::quant_accuracy[tiny]")["outcome"] = "passed"
     cmp = run_compare.compare(base, head)
     assert [(v.kind, v.nodeid) for v in cmp.verdicts] == [
-        ("worse", "cases/fixture.py::new_case[tiny]::golden"),
-        ("better", "cases/fixture.py::bad_case[tiny]::quant_accuracy"),
+        ("worse", "cases/fixture.py::new_case::golden[tiny]"),
+        ("better", "cases/fixture.py::bad_case::quant_accuracy[tiny]"),
         ("changed", removed["nodeid"]),
     ]
     assert cmp.verdicts[0].message == "AssertionError: boom"
+
+
+def test_an_item_red_on_both_sides_is_worse_where_the_head_has_a_new_problem():
+    """Red on the base says nothing about what the head did to the item: a problem the base run did not
+    have (numbers, paths and line numbers aside) is the change's, named; the same problems are not."""
+    base = results_doc()
+    rec = _record(base, GOLDEN)
+    rec["outcome"], rec["problems"] = "failed", ["output drifted by 3 steps at /a/tico/x.py:12"]
+    same = copy.deepcopy(base)
+    _record(same, GOLDEN)["problems"] = ["output drifted by 7 steps at /b/tico/x.py:40"]
+    assert not run_compare.compare(base, same).verdicts
+    head = copy.deepcopy(base)
+    _record(head, GOLDEN)["problems"].append("circle_structure: ADD 2 -> 3 in QuantLlamaAttention")
+    (verdict,) = run_compare.compare(base, head).verdicts
+    assert verdict.kind == "worse" and verdict.label == "failed -> failed (still failing, with a new problem)"
+    assert verdict.message == "circle_structure: ADD 2 -> 3 in QuantLlamaAttention"
+    # judged against this base with --baseline: a failure the base had the same way is not a change
+    pre = copy.deepcopy(base)
+    _record(pre, GOLDEN).update(outcome="xfailed", baseline="pre-existing")
+    assert not run_compare.compare(base, pre).verdicts
+
+
+def test_runs_recorded_with_the_older_node_ids_compare_item_by_item():
+    base = results_doc()
+    for rec in base["results"]:
+        parts = rec["nodeid"].split("::")
+        if len(parts) == 3 and "[" in parts[2]:  # back to file::case[profile]::check
+            check, label = parts[2][:-1].split("[")
+            rec["nodeid"] = f"{parts[0]}::{parts[1]}[{label}]::{check}"
+    head = _seeded(results_doc(), GOLDEN)
+    comparison = run_compare.compare(base, head)
+    assert comparison.items_both == comparison.items_head
+    assert [v.nodeid for v in comparison.worse_verdicts] == [GOLDEN]
 
 
 def test_fail_on_chooses_what_counts(tmp_path):
@@ -281,8 +314,8 @@ def real_results(tmp_path_factory) -> dict:
 def test_real_runs_compare(real_results, tmp_path, capsys):
     doc = real_results
     nodeids = {r["nodeid"] for r in doc["results"]}
-    golden = "cases/nn.py::nn_linear[tiny]::golden"
-    accuracy = "cases/nn.py::nn_linear[tiny]::quant_accuracy"
+    golden = "cases/nn.py::nn_linear::golden[tiny]"
+    accuracy = "cases/nn.py::nn_linear::quant_accuracy[tiny]"
     assert {golden, accuracy} <= nodeids and all(r["outcome"] == "passed" for r in doc["results"])
     base = _write(tmp_path / "base.json", doc)
     assert main(["compare", base, _write(tmp_path / "same.json", copy.deepcopy(doc))]) == 0

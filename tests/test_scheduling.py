@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from harness.records import node_ids
 from harness.report import shard_merge as merge
 from harness.run.scheduling import (
     ShardSpecError,
@@ -65,7 +66,7 @@ def test_collection_is_longest_first_from_the_durations_file(project):
     result = preloaded_python.runpytest(project, "--collect-only", "-q")
     order = []
     for line in result.outlines:
-        if "::" in line and (group := line.split("::")[1]) not in order:
+        if "::" in line and (group := node_ids.group_of(line).split("::")[1]) not in order:
             order.append(group)
     assert order == ["toy_future[tiny]", "toy_missing[tiny]", "toy_linear[tiny]"]
 

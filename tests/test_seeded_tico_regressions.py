@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from harness.records import node_ids
 from tests.tico_tree import copy_tico, edit, run_harness
 
 
@@ -327,7 +328,7 @@ def test_a_seeded_tico_regression_is_red_through_its_own_check(tmp_path, seeded)
     assert {r["check"] for r in failed} == {seeded.check, *seeded.also_red}, [
         (r["nodeid"], r["message"][-400:]) for r in failed
     ]
-    red_groups = {r["nodeid"].rsplit("::", 1)[0] for r in failed}
+    red_groups = {node_ids.group_of(r["nodeid"]) for r in failed}
     items = {item for item in seeded.items if not item.startswith("--")}
     assert red_groups == items, f"red on {sorted(red_groups)}, seeded for {sorted(items)}"
     for record in failed:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.checks import builtin_checks
+from harness.records import node_ids
 from harness.tico_facts import tico_sources
 from tests import preloaded_python
 from tests.tico_tree import copy_tico, edit, installed_tico, run_harness
@@ -57,7 +58,7 @@ def _collect(tmp_path: Path, head: Path | None, *options: str) -> tuple[int, set
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     collected = [line for line in done.stdout.splitlines() if line.startswith("cases/")]
-    groups = {line.rsplit("::", 1)[0] for line in collected}
+    groups = {node_ids.group_of(line) for line in collected}
     record = json.loads((report / "selection.json").read_text()) if (report / "selection.json").exists() else {}
     if record:  # the node ids another tico runs with ``pytest @selected-items.txt``
         assert (report / "selected-items.txt").read_text().splitlines() == collected
@@ -91,7 +92,7 @@ def test_no_change_runs_the_import_smoke_and_one_time_work_selects_every_mapped_
     rc, groups, output, record = _collect(tmp_path, None, *selecting)
     assert rc == 0, output[-3000:]
     assert groups == {"cases/nn.py::nn_linear[tiny]"} and record["smoke_group"] == "cases/nn.py::nn_linear[tiny]"
-    assert "nothing the map runs changed: the import smoke cases/nn.py::nn_linear[tiny] runs" in output
+    assert "nothing the map runs changed: the import smoke runs (group cases/nn.py::nn_linear[tiny])" in output
     head = copy_tico(tmp_path, "head")
     edit(head, "quantization/wrapq/utils/introspection.py", "import torch\n", "import torch  # noqa\nimport math\n")
     rc, groups, output, record = _collect(tmp_path, head, *selecting)
@@ -168,7 +169,7 @@ def test_every_seeded_regression_selects_every_item_it_turns_red(tmp_path):
         narrowed += any("inside the blocks" in str(r) for r in selection.reasons)
         red_groups = {group for group in seeded.items if not group.startswith("--")}
         checks = {seeded.check, *seeded.also_red}
-        red = {f"{g}::{c}" for g in red_groups for c in checks} if per_item else red_groups
+        red = {node_ids.item_id(g, c) for g in red_groups for c in checks} if per_item else red_groups
         missed = {unit for unit in red if unit in units and unit not in selection.units}
         assert not missed, (seeded.name, sorted(missed), [str(r) for r in selection.reasons])
         if not red & set(units):  # seeded on the nightly profile only: the PR gate has none of it
@@ -227,7 +228,7 @@ def test_a_change_in_a_branch_few_items_take_selects_them_and_every_item_it_turn
     by_lines = change_selection.select(changes, committed, item_map.source_files(installed_tico()))
     by_function = change_selection.select(changes, committed)
     assert by_lines.units and len(by_lines.units) * 10 < len(by_function.units), [str(r) for r in by_lines.reasons]
-    assert {item_map.group_of(unit) for unit in by_lines.units} == {BOOL_MASK_GROUP}
+    assert {node_ids.group_of(unit) for unit in by_lines.units} == {BOOL_MASK_GROUP}
     code, results, output = run_harness(tree, tmp_path, BOOL_MASK_GROUP, BOOL_MASK_GROUP.replace(",mask=bool", ""))
     red = {r["nodeid"] for r in results["results"] if r["outcome"] in ("failed", "error")}
     assert code == 1 and red, output[-3000:]

@@ -11,6 +11,7 @@ import pytest
 
 from harness import Case, Sweep
 from harness.model.sweep import SweepError, validate, variants
+from harness.records import node_ids
 from tests import preloaded_python
 
 
@@ -196,33 +197,33 @@ def _ids(result) -> list[str]:
 
 def test_variant_ids_keep_the_declared_case_and_select_with_k_and_m(swept):
     ids = _ids(preloaded_python.runpytest(swept, "--collect-only", "-q"))
-    groups = sorted({i.rsplit("::", 1)[0] for i in ids})
+    groups = sorted({node_ids.group_of(i) for i in ids})
     assert groups == [
         "cases/toy.py::toy_attention[tiny,heads=4,kv_heads=2]",
         "cases/toy.py::toy_attention[tiny,kv_heads=2]",
         "cases/toy.py::toy_attention[tiny]",
     ]
-    assert "cases/toy.py::toy_attention[tiny,kv_heads=2]::noquant_parity" in ids
+    assert "cases/toy.py::toy_attention::noquant_parity[tiny,kv_heads=2]" in ids
     nightly = {
-        i.rsplit("::", 1)[0]
+        node_ids.group_of(i)
         for i in _ids(preloaded_python.runpytest(swept, "--collect-only", "-q", "--sweep", "nightly"))
     }
     assert "cases/toy.py::toy_attention[tiny,heads=4]" in nightly and len(nightly) == 4
     off = {
-        i.rsplit("::", 1)[0] for i in _ids(preloaded_python.runpytest(swept, "--collect-only", "-q", "--sweep", "off"))
+        node_ids.group_of(i) for i in _ids(preloaded_python.runpytest(swept, "--collect-only", "-q", "--sweep", "off"))
     }
     assert off == {"cases/toy.py::toy_attention[tiny]"}
     # -k matches the axis in the id; -m sweep(...) selects by value (the baseline carries its values too).
     # (-k's grammar has no '=' or ',': it matches an axis name as a substring of the id)
     by_k = _ids(preloaded_python.runpytest(swept, "--collect-only", "-q", "-k", "kv_heads and noquant_parity"))
     assert by_k == [
-        "cases/toy.py::toy_attention[tiny,heads=4,kv_heads=2]::noquant_parity",
-        "cases/toy.py::toy_attention[tiny,kv_heads=2]::noquant_parity",
+        "cases/toy.py::toy_attention::noquant_parity[tiny,heads=4,kv_heads=2]",
+        "cases/toy.py::toy_attention::noquant_parity[tiny,kv_heads=2]",
     ]
     by_m = _ids(preloaded_python.runpytest(swept, "--collect-only", "-q", "-m", "sweep(kv_heads=1) and lifecycle"))
-    assert by_m == ["cases/toy.py::toy_attention[tiny]::lifecycle"]
+    assert by_m == ["cases/toy.py::toy_attention::lifecycle[tiny]"]
     by_m = _ids(preloaded_python.runpytest(swept, "--collect-only", "-q", "-m", "sweep(heads=4) and lifecycle"))
-    assert by_m == ["cases/toy.py::toy_attention[tiny,heads=4,kv_heads=2]::lifecycle"]
+    assert by_m == ["cases/toy.py::toy_attention::lifecycle[tiny,heads=4,kv_heads=2]"]
 
 
 def test_seeded_gqa_defect_fails_only_the_grouped_variant_and_groups_stay_on_one_worker(swept):
@@ -233,27 +234,27 @@ def test_seeded_gqa_defect_fails_only_the_grouped_variant_and_groups_stay_on_one
     doc = json.loads((swept.path / "reports" / "results.json").read_text())
     outcomes = {r["nodeid"].split("::", 1)[1]: r["outcome"] for r in doc["results"]}
     failed = sorted(k for k, v in outcomes.items() if v == "failed")
-    assert failed == ["toy_attention[tiny,heads=4,kv_heads=2]::noquant_parity"], outcomes
+    assert failed == ["toy_attention::noquant_parity[tiny,heads=4,kv_heads=2]"], outcomes
     message = next(r["message"] for r in doc["results"] if r["outcome"] == "failed")
     assert "noquant_parity failed for toy_attention[tiny,heads=4,kv_heads=2]:" in message, message
-    assert outcomes["toy_attention[tiny,kv_heads=2]::noquant_parity"] == "passed"
-    assert outcomes["toy_attention[tiny]::noquant_parity"] == "passed"
+    assert outcomes["toy_attention::noquant_parity[tiny,kv_heads=2]"] == "passed"
+    assert outcomes["toy_attention::noquant_parity[tiny]"] == "passed"
     # a variant keeps no golden: its limits gate it; the declared case still has its golden item
-    assert outcomes["toy_attention[tiny,kv_heads=2]::golden"] == "skipped"
+    assert outcomes["toy_attention::golden[tiny,kv_heads=2]"] == "skipped"
     by_id = {r["nodeid"].split("::", 1)[1]: r for r in doc["results"]}
     assert (
         "sweep variant kv_heads=2 of 'toy_attention' is gated by its checks' limits"
-        in by_id["toy_attention[tiny,kv_heads=2]::golden"]["message"]
+        in by_id["toy_attention::golden[tiny,kv_heads=2]"]["message"]
     )
-    record = by_id["toy_attention[tiny,heads=4,kv_heads=2]::noquant_parity"]
+    record = by_id["toy_attention::noquant_parity[tiny,heads=4,kv_heads=2]"]
     assert record["case"] == "toy_attention" and record["profile"] == "tiny,heads=4,kv_heads=2"
     assert record["axes"] == {"heads": 4, "kv_heads": 2}
-    assert "axes" not in by_id["toy_attention[tiny]::noquant_parity"]
+    assert "axes" not in by_id["toy_attention::noquant_parity[tiny]"]
     # loadscope: each variant's checks ran on one worker (they share its pipeline)
     workers: dict[str, set[str]] = {}
     for line in result.outlines:
         if line.startswith("[gw") and "::" in line:
-            workers.setdefault(line.split()[-1].rsplit("::", 1)[0], set()).add(line.split()[0])
+            workers.setdefault(node_ids.group_of(line.split()[-1]), set()).add(line.split()[0])
     assert len(workers) == 3 and all(len(w) == 1 for w in workers.values()), workers
 
 

@@ -75,19 +75,20 @@ def test_the_run_maps_each_item_group_to_the_tico_functions_it_ran(measured):
 def test_each_item_reaches_what_it_ran_and_what_computing_the_stages_it_reads_ran(measured):
     """Per item: quant_accuracy reads the quantized model, circle_structure also the Circle model: only the
     second reaches the conversion passes, though the first item of a group computed the shared stages."""
+    from harness.records import node_ids
     from harness.tico_facts import item_map
 
     found = item_map.load(measured / "tico-coverage" / item_map.MAP_NAME)
     reach = item_map.item_reach(found)
     names = found["functions"]
-    items = {i for i in reach if i.startswith("cases/nn.py::nn_linear[tiny")}
-    assert {i.rsplit("::", 1)[1] for i in items} == {"quant_accuracy", "circle_structure"}
+    items = {i for i in reach if node_ids.group_of(i).startswith("cases/nn.py::nn_linear[tiny")}
+    assert {node_ids.parse(i).check for i in items} == {"quant_accuracy", "circle_structure"}
     assert len(items) == 2 * len(found["groups"])
     forward = names.index("quantization/wrapq/wrappers/nn/quant_linear.py::QuantLinear.forward")
     convert = names.index("utils/convert.py::convert_exported_module_to_circle")
     for item in items:
         assert forward in reach[item], item
-        assert (convert in reach[item]) == item.endswith("::circle_structure"), item
+        assert (convert in reach[item]) == (node_ids.parse(item).check == "circle_structure"), item
 
 
 def test_the_command_reports_totals_classes_and_uncovered_branches(measured):

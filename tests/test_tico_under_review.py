@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.records import node_ids
 from tests.tico_tree import copy_tico, edit, run_harness
 
 # Cases that declare findings on many checks (their declared configurations; the sweep variants add
@@ -111,7 +112,7 @@ def test_a_fixed_finding_is_reported_fixed_on_exactly_its_items(tmp_path, pinned
     assert _outcomes(results) == _outcomes(pinned)
     # strict: red; the finding's own groups are enough to show it
     groups = {
-        r["nodeid"].rsplit("::", 1)[0]
+        node_ids.group_of(r["nodeid"])
         for r in pinned["results"]
         if "present-v-per-head-slice" in (r.get("findings") or {})
     }

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from harness.checks.base import Check, CheckResult, Metric, requires_capability
 from harness.circle.structure import describe, differences
 from harness.golden import baseline, structure_store
+from harness.records import node_ids
 
 
 @dataclass(frozen=True)
@@ -25,9 +26,9 @@ def _base_structure(pipeline, result: CheckResult) -> tuple[dict | None, str]:
     settings = pipeline.settings
     if settings.base_results is not None:
         base = baseline.cached_load(settings.base_results)
-        # a collected pipeline's node id holds its file ("cases/nn.py::nn_linear[tiny]"), one built
-        # directly its group only ("nn_linear[tiny]")
-        own = f"{pipeline.nodeid}::{CHECK.name}"
+        # a collected pipeline's group holds its file ("cases/nn.py::nn_linear[tiny]"), one built
+        # directly its case only ("nn_linear[tiny]")
+        own = node_ids.item_id(pipeline.group, CHECK.name)
         for nodeid, record in base.records.items():
             structure = (record.get("evidence") or {}).get("structure")
             if (nodeid == own or nodeid.endswith(f"::{own}")) and isinstance(structure, dict):
@@ -35,7 +36,7 @@ def _base_structure(pipeline, result: CheckResult) -> tuple[dict | None, str]:
         result.notes.append("the base run recorded no structure for this item: compared with the committed baseline")
     try:
         doc = structure_store.load(
-            settings.golden_dir, pipeline.case.name, pipeline.label, f"{pipeline.nodeid}::{CHECK.name}"
+            settings.golden_dir, pipeline.case.name, pipeline.label, node_ids.item_id(pipeline.group, CHECK.name)
         )
     except structure_store.StructureBaselineError as exc:
         result.fail(str(exc))
@@ -47,7 +48,9 @@ def _rewrite(pipeline, result: CheckResult, current: dict) -> None:
     settings = pipeline.settings
     case, label = pipeline.case.name, pipeline.label
     try:
-        before = structure_store.load(settings.golden_dir, case, label, f"{pipeline.nodeid}::{CHECK.name}")["structure"]
+        before = structure_store.load(settings.golden_dir, case, label, node_ids.item_id(pipeline.group, CHECK.name))[
+            "structure"
+        ]
         changes = differences(before, current)
         kind = "changed" if changes else "unchanged"
     except structure_store.StructureBaselineError:

@@ -12,13 +12,14 @@ library versions and platform differ from the manifest."""
 from harness.checks.base import Check, CheckResult, Metric
 from harness.golden import baseline, portable
 from harness.golden import tensors as golden
+from harness.records import node_ids
 
 
 def run(pipeline) -> CheckResult:
     result = CheckResult()
     settings = pipeline.settings
     case, profile = pipeline.case.name, pipeline.profile
-    nodeid = f"{pipeline.nodeid}::golden"
+    nodeid = node_ids.item_id(pipeline.group, CHECK.name)
     # Compute first: a crashing case reports its failing stage, not a golden-file problem.
     collected = golden.collect(pipeline)
     current = collected[0]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.model.expectations import matchable
+from harness.records import node_ids
 from harness.records.results import problem_lines
 
 RUN_GOLDEN_DIR = "golden-run"
@@ -66,7 +67,8 @@ def load(spec: str | Path) -> BaseRun:
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise BaselineError(f"--baseline {spec}: {path} is not a wrapq results.json (no 'results' list)")
     run = doc.get("run") or {}
-    records = {r["nodeid"]: r for r in doc["results"] if isinstance(r, dict) and r.get("nodeid")}
+    # a run recorded before today's node ids reads as its items (harness/records/node_ids.py)
+    records = {node_ids.current(r["nodeid"]): r for r in doc["results"] if isinstance(r, dict) and r.get("nodeid")}
     return BaseRun(path.resolve(), run.get("run_id"), run.get("tico") or {}, records)
 
 

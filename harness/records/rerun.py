@@ -1,15 +1,17 @@
-"""The one command that reruns an item, everywhere the harness prints one (golden messages, findings,
+"""The one command that reruns items, everywhere the harness prints one (golden messages, findings,
 comparisons, reports, the dashboard): the README's wrapper script, the tico under review when one
 was given, and the case directories given with --wrapq-cases-dir, so a case from outside the
 project reruns as it ran.
 
-pytest cannot select a check item by its full node id (``file::case[profile]::check``: it reads
-the bracket of a middle part as a parametrization), so a check is selected with ``-k``."""
+Node ids are passed as they are (harness/records/node_ids.py: ``file::case::check[profile]``), so the
+command selects exactly the items it names; an id recorded in the older form is written in today's."""
 
 from __future__ import annotations
 
 import shlex
 from pathlib import Path
+
+from harness.records import node_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 _GIVEN_CASES_DIRS: list[Path] = []
@@ -20,19 +22,25 @@ def configure(cases_dirs: list[Path]) -> None:
     _GIVEN_CASES_DIRS[:] = list(cases_dirs)
 
 
-def command(nodeid: str, *, tico: str | None = None, extra: str = "") -> str:
-    prefix = f"WRAPQ_TICO={shlex.quote(tico)} " if tico else ""
-    parts = nodeid.split("::")
-    # the last part is a check when the part before it is a case group ("case[profile]")
-    check = parts[-1] if len(parts) >= 2 and "[" not in parts[-1] and "[" in parts[-2] else ""
-    head = parts[:-1] if check else parts
-    file = head[0] if head[0].endswith(".py") else ""
-    group = head[-1] if "[" in head[-1] else ""
+def _argument(nodeid: str) -> str:
+    """The node id as a path argument: a case file outside the project is named by its path in the
+    given case directory that holds it."""
+    nodeid = node_ids.current(nodeid)
+    file, sep, rest = nodeid.partition("::")
     if _GIVEN_CASES_DIRS and not (ROOT / file).is_file():
-        # a case from a directory outside the project: that directory, selected by name
-        dirs = " ".join(f"--wrapq-cases-dir={shlex.quote(str(d))}" for d in _GIVEN_CASES_DIRS)
-        names = " and ".join(name for name in (group.split("[")[0], check) if name)
-        args = f"{dirs} -k {shlex.quote(names)}"
-    else:
-        args = shlex.quote("::".join(head)) + (f" -k {shlex.quote(check)}" if check else "")
-    return f"{prefix}./scripts/env.sh pytest {args}" + (f" {extra}" if extra else "")
+        found = next((d / file for d in _GIVEN_CASES_DIRS if (d / file).is_file()), None)
+        if found is not None:
+            file = str(found)
+    return shlex.quote(file + sep + rest)
+
+
+def command(*nodeids: str, tico: str | None = None, extra: str = "") -> str:
+    """``./scripts/env.sh pytest ID ...``, runnable as printed."""
+    prefix = f"WRAPQ_TICO={shlex.quote(tico)} " if tico else ""
+    dirs = "".join(f"--wrapq-cases-dir={shlex.quote(str(d))} " for d in _GIVEN_CASES_DIRS if _outside(nodeids))
+    args = " ".join(_argument(n) for n in nodeids)
+    return f"{prefix}./scripts/env.sh pytest {dirs}{args}" + (f" {extra}" if extra else "")
+
+
+def _outside(nodeids: tuple[str, ...]) -> bool:
+    return any(not (ROOT / n.partition("::")[0]).is_file() for n in nodeids)

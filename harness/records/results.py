@@ -8,7 +8,6 @@ import json
 import math
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -18,8 +17,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from harness.records import node_ids
+
 SCHEMA_VERSION = 1
-_NODEID_RE = re.compile(r"^(?P<file>[^:]+)::(?P<case>[^\[:]+)\[(?P<profile>[^\]]+)\]::(?P<check>[^:]+)$")
 
 
 def jsonable(value: Any) -> Any:
@@ -121,17 +121,12 @@ class ResultCollector:
             record["outcome"] = "passed"
 
     def _skeleton(self, nodeid: str) -> dict[str, Any]:
-        match = _NODEID_RE.match(nodeid)
-        parts = (
-            match.groupdict()
-            if match
-            else {"file": nodeid.split("::")[0], "case": None, "profile": None, "check": None}
-        )
+        parts = node_ids.parse(nodeid)
         return {
             "nodeid": nodeid,
-            "case": parts["case"],
-            "profile": parts["profile"],
-            "check": parts["check"],
+            "case": parts.case if parts else None,
+            "profile": parts.label if parts else None,
+            "check": parts.check if parts else None,
             "outcome": "pending",
             "message": "",
             "metrics": {},

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.golden.platform_info import TESTBED_KEYS
+from harness.records import node_ids
 
 ABS_FLOOR = 1e-9
 NOISE_FLOOR_REL = 1e-3  # a spread under 0.1% of the baseline is not noise: the series is judged by its margin
@@ -29,8 +30,9 @@ CHART_RUNS = 100  # nights per testbed embedded for the sparklines and the on-de
 # The history database's schema version (``PRAGMA user_version``). 0 is a database written before
 # the schema was versioned: runs, items and metrics, with or without ``metrics.better``.
 # 1 adds what a run ran on (``runs.testbed``, ``runs.platform``), each item's family and each
-# value's declared regression policy. ``connect`` migrates an older database in one transaction.
-SCHEMA_VERSION = 1
+# value's declared regression policy. 2 rewrites the items' node ids in today's form
+# (harness/records/node_ids.py). ``connect`` migrates an older database in one transaction.
+SCHEMA_VERSION = 2
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -96,6 +98,9 @@ def _migrate(con: sqlite3.Connection) -> None:
                     con.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
             for statement in _INDEXES:
                 con.execute(statement)
+            if version < 2:
+                con.create_function("wrapq_current_nodeid", 1, node_ids.current, deterministic=True)
+                con.execute("UPDATE items SET nodeid = wrapq_current_nodeid(nodeid)")
             con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         con.execute("COMMIT")
     except BaseException:

@@ -61,8 +61,10 @@ def case_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
         row["wrappers"] = next(
             (r["wrapper_coverage"] for r in row["checks"].values() if isinstance(r.get("wrapper_coverage"), dict)), None
         )
-        base = f"{row['file']}::{row['case']}[{row['profile']}]" if row["profile"] else row["file"]
-        row["rerun"] = rerun.command(base)
+        # the row's red items exactly; a green row reruns its case (every profile this run had)
+        red = sorted(r["nodeid"] for r in row["checks"].values() if r["outcome"] in _RED and r.get("check"))
+        whole = f"{row['file']}::{row['case']}" if row["profile"] else row["file"]
+        row["rerun"] = rerun.command(*red) if red else rerun.command(whole)
         row["anchor"] = f"{row['case']}-{row['profile']}".replace("[", "").replace("]", "")
         out.append(row)
     return sorted(

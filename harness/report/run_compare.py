@@ -1,6 +1,7 @@
 """What changed between two runs of the matrix (a pull request's head against its base): per
 item, verdict changes first -- passed -> failed, new failures, fixed, new and removed items,
-xfail <-> fail -- then moves of the metrics the checks declare with a direction
+xfail <-> fail, an item red on both sides whose head has a problem the base does not -- then moves
+of the metrics the checks declare with a direction
 (``Metric(better=...)``, carried in ``run.checks``) beyond a relative margin, each with the
 command that reruns the item. Two runs on different pinned stacks (``run.versions``) are not
 compared: their numbers differ for reasons no commit made.
@@ -18,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.records import rerun
-from harness.records.results import same_release
+from harness.golden.baseline import signature
+from harness.records import node_ids, rerun
+from harness.records.results import problem_lines, same_release
 from harness.tico_facts.drift import headline
 
 BAD = ("failed", "error", "crashed", "not_run")
@@ -176,6 +178,13 @@ class Comparison:
         return "WORSE: " + ", ".join(parts)
 
 
+def new_problems(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+    """The head's problem lines the base did not have, numbers, paths and line numbers aside
+    (``harness/golden/baseline.signature``): an item red on both sides that the change made red anew."""
+    known = {signature(line) for line in problem_lines(base)}
+    return [line for line in problem_lines(head) if signature(line) not in known]
+
+
 def classify(base: str | None, head: str | None) -> tuple[str, str] | None:
     """(kind, label) of an item's verdict change, None when unchanged."""
     if base == head:
@@ -278,8 +287,9 @@ def compare(
             f"(base -> head); their numbers differ for reasons no commit made. Rerun both on one "
             f"stack, or pass --allow-version-mismatch to compare anyway"
         )
-    brec = {r["nodeid"]: r for r in base["results"]}
-    hrec = {r["nodeid"]: r for r in head["results"]}
+    # runs recorded before today's node ids compare by the same items (harness/records/node_ids.py)
+    brec = {node_ids.current(r["nodeid"]): r for r in base["results"]}
+    hrec = {node_ids.current(r["nodeid"]): r for r in head["results"]}
     out = Comparison(
         base_run=base["run"],
         head_run=head["run"],
@@ -293,10 +303,19 @@ def compare(
     for nodeid in sorted(set(brec) | set(hrec)):
         b, h = brec.get(nodeid), hrec.get(nodeid)
         change = classify(b["outcome"] if b else None, h["outcome"] if h else None)
+        if b and h and b["outcome"] in BAD and h.get("baseline") == "pre-existing":
+            change = None  # the head judged against this base: it fails the same way (harness/golden/baseline.py)
+        fresh = new_problems(b, h) if b and h and b["outcome"] in BAD and h["outcome"] in BAD else []
+        if fresh:
+            change = WORSE, f"{b['outcome']} -> {h['outcome']} (still failing, with a new problem)"
         if change:
             kind, label = change
             message = (
-                headline(str((h or {}).get("message") or "")).removeprefix("- ") if h and h["outcome"] in BAD else ""
+                fresh[0]
+                if fresh
+                else headline(str((h or {}).get("message") or "")).removeprefix("- ")
+                if h and h["outcome"] in BAD
+                else ""
             )
             out.verdicts.append(
                 VerdictChange(

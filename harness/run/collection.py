@@ -1,9 +1,11 @@
-"""The collection tree: a case file -> one node per (case, profile) -> one item per check
+"""The collection tree: a case file -> one node per case -> one item per (check, profile)
 (harness/run/items.py).
 
-Node ids read ``cases/gemma4.py::gemma4_vision_encoder[tiny]::rotary_parity``. A case node is
-the xdist scope (``--dist loadscope``) that keeps a case's checks on one worker and its
-pipeline. A case file that cannot be loaded becomes one failing definition item, never lost."""
+Node ids read ``cases/gemma4.py::gemma4_vision_encoder::rotary_parity[tiny]``: the profile (and a
+sweep variant's axes) is the last part's parametrization, so pytest runs every id as printed
+(harness/records/node_ids.py). The items of one (case, profile) share a pipeline and are the xdist
+scope that keeps them on one worker (harness/run/xdist_scheduler.py). A case file that cannot be
+loaded becomes one failing definition item, never lost."""
 
 from __future__ import annotations
 
@@ -111,16 +113,9 @@ class CaseFile(pytest.File):
                 )
             if sweep_errors:
                 continue  # a malformed sweep is a malformed case: none of its variants runs
-            for profile, variants in selected.items():
-                for variant_case in variants:
-                    yield CaseNode.from_parent(
-                        self,
-                        name=f"{case.name}[{sweep.group_label(variant_case, profile)}]",
-                        case=variant_case,
-                        profile=profile,
-                        checks=checks,
-                        declared=case,
-                    )
+            groups = [(profile, v) for profile, variants in selected.items() for v in variants]
+            if groups:
+                yield CaseNode.from_parent(self, name=case.name, groups=groups, checks=checks, declared=case)
 
 
 def _variant_errors(
@@ -147,31 +142,32 @@ def _variant_errors(
 
 
 class CaseNode(pytest.Collector):
-    """One (case, profile): the xdist scope that keeps its checks on one worker."""
+    """One case: its items are each selected (profile, variant) times each check, grouped so that a
+    group's checks run one after another on the worker that holds its pipeline."""
 
-    def __init__(self, *, case: Case, profile: str, checks: list[Check], declared: Case | None = None, **kwargs: Any):
+    def __init__(self, *, groups: list[tuple[str, Case]], checks: list[Check], declared: Case, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.case = case
-        self.profile = profile
+        self.groups = groups
         self.checks = checks
-        # the case as its file declares it (a sweep variant's ``case`` is a copy of it)
-        self.declared = declared or case
+        # the case as its file declares it (a sweep variant's case is a copy of it)
+        self.declared = declared
 
     def collect(self):
-        for check in self.checks:
-            # The id is given as the string pytest stores in its cache: pytest 9 parses stored ids
-            # with brackets only at the end (NodeId.parse), so an id built segment by segment for
-            # "case[profile]::check" would never equal the stored one and --lf/--ff/--sw would
-            # select nothing. Parsed from the same string, both sides agree.
-            yield CheckItem.from_parent(
-                self,
-                name=check.name,
-                nodeid=f"{self.nodeid}::{check.name}",
-                case=self.case,
-                profile=self.profile,
-                check=check,
-                declared=self.declared,
-            )
+        for profile, variant_case in self.groups:
+            label = sweep.group_label(variant_case, profile)
+            for check in self.checks:
+                # The id is given as the string pytest parses stored ids from (NodeId.parse: the bracket is the
+                # parametrization), so --lf, --ff and --sw find the item; one built from the name would keep
+                # the bracket inside the name and never equal it.
+                yield CheckItem.from_parent(
+                    self,
+                    name=f"{check.name}[{label}]",
+                    nodeid=f"{self.nodeid}::{check.name}[{label}]",
+                    case=variant_case,
+                    profile=profile,
+                    check=check,
+                    declared=self.declared,
+                )
 
 
 class DefinitionErrorItem(pytest.Item):

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from harness.primitives.stage_engine import observe_stages
+from harness.records import node_ids
 from harness.run.session import SessionState
 from harness.tico_facts import branch_coverage, branch_reasons, item_map, stage_contexts
 
@@ -38,7 +39,7 @@ class TicoCoverageRun:
         """Label what runs from here on with the item (issue 48's item map); what a stage computes is
         labelled with the stage instead (``stage_contexts``), since every later item of the group that
         asks for the stage reads what it built."""
-        group = item_map.group_of(item.nodeid)
+        group = node_ids.group_of(item.nodeid)
         if self.first_group is None:
             # one-time work (a lazily filled registry, a first import) is measured under this group only
             self.first_group = group

@@ -18,6 +18,7 @@ from harness.model import sweep
 from harness.model.case import Case, CaseDefinitionError
 from harness.model.expectations import Judgement, judge
 from harness.primitives.stage_engine import StageError
+from harness.records import node_ids
 from harness.records.overhead import overhead
 from harness.records.results import jsonable, stage_line
 from harness.run.session import state_of
@@ -78,6 +79,8 @@ class CheckItem(pytest.Item):
         self.profile = profile
         # the bracket of the node id: the profile, then a sweep variant's axes ("tiny,kv_heads=2")
         self.label = sweep.group_label(case, profile)
+        # the (case, profile) whose pipeline this item reads: ``cases/nn.py::nn_linear[tiny]``
+        self.group = node_ids.group_of(self.nodeid)
         self.declared = declared or case
         self.check = check
         self.duplicate_of: str | None = None
@@ -130,7 +133,7 @@ class CheckItem(pytest.Item):
                 self.case.name, "name", f"duplicate case name, also defined in {self.duplicate_of}"
             )
         pipeline = state_of(self.config).pipelines.get(self.case, self.profile)
-        pipeline.nodeid = self.parent.nodeid
+        pipeline.group = self.group
         if self.check.settings is not None:
             # What gated this item, in its record: reports and `python -m harness limits` read it.
             self._record(settings=dataclasses.asdict(pipeline.check_settings(self.check)))
@@ -262,7 +265,7 @@ class CheckItem(pytest.Item):
         if isinstance(err, StageError):
             # one traceback per failed (case, stage): the other items of the case point to it
             shown = state_of(self.config).stage_tracebacks_shown
-            key = (self.parent.nodeid, err.stage)
+            key = (self.group, err.stage)
             if key in shown:
                 return f"{err}\n(traceback shown once, at {shown[key]})"
             shown[key] = self.nodeid

@@ -247,14 +247,16 @@ def report_dir(config: pytest.Config) -> Path:
 
 
 def refuse_lost_project_config(config: pytest.Config) -> None:
-    """pytest picks its rootdir from arguments that name existing paths, so ``--wrapq-report-dir
-    /tmp/r`` with /tmp/r present moves the rootdir there, drops the project's config and collects
-    the wrong files. Run from a wrapq project without its config is refused with the fix."""
+    """pytest picks its rootdir from arguments that name existing paths, so a case file outside the
+    project, or ``--wrapq-report-dir /tmp/r`` with /tmp/r present, moves the rootdir there, drops the
+    project's config and collects the wrong files. scripts/env.sh names the config; plain pytest run
+    from a wrapq project without its config is refused with the fix."""
     project = config.invocation_params.dir / "pyproject.toml"
     if config.inipath is None and project.is_file() and "wrapq_cases_dir" in project.read_text(errors="replace"):
         raise pytest.UsageError(
-            f"pytest did not read {project} (rootdir became {config.rootpath}, probably from a directory "
-            f"option given as '--option DIR'); write path options as '--wrapq-report-dir=DIR'"
+            f"pytest did not read {project} (rootdir became {config.rootpath}, from a path outside the project "
+            f"or an option given as '--option DIR'); run it as ./scripts/env.sh pytest ..., or add "
+            f"--config-file={project}"
         )
 
 

@@ -14,7 +14,7 @@ from harness.checks import describe_checks
 from harness.golden import tensors as golden
 from harness.golden.platform_info import platform_record
 from harness.golden.tensors import golden_set_id
-from harness.records import rerun
+from harness.records import node_ids, rerun
 from harness.records.overhead import current_rss_mb, overhead, peak_rss_mb
 from harness.records.overhead import totals as overhead_totals
 from harness.records.results import ResultCollector
@@ -115,15 +115,12 @@ class RunSink:
 
         terminalreporter.section("wrapq summary")
         terminalreporter.write_line(render_summary_table(self.collector.records, describe_checks(self.state.checks)))
-        failing = sorted(
-            {
-                r["nodeid"].rsplit("::", 1)[0]
-                for r in self.collector.records.values()
-                if r.get("outcome") in ("failed", "error", "crashed") and r.get("check")
-            }
-        )
-        for group in failing[:8]:
-            terminalreporter.write_line(f"rerun: {rerun.command(group)}")
+        failing: dict[str, list[str]] = {}
+        for r in sorted(self.collector.records.values(), key=lambda r: r["nodeid"]):
+            if r.get("outcome") in ("failed", "error", "crashed") and r.get("check"):
+                failing.setdefault(node_ids.group_of(r["nodeid"]), []).append(r["nodeid"])
+        for group in sorted(failing)[:8]:
+            terminalreporter.write_line(f"rerun: {rerun.command(*failing[group])}")
         if len(failing) > 8:
             terminalreporter.write_line(f"... {len(failing) - 8} more failing case(s): ./scripts/env.sh pytest --lf")
         self._write_findings(terminalreporter)

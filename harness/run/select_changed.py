@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from harness.records import node_ids
 from harness.run.items import CheckItem
 from harness.run.session import SessionState
 from harness.tico_facts import change_selection, changed_functions, item_map, tico_identity, tico_sources
@@ -88,7 +89,7 @@ class SelectChangedRun:
         per_item = self.selection.per_item
         mapped = self.selection.known
         units = {
-            id(item): item.nodeid if per_item else item_map.group_of(item.nodeid)
+            id(item): item.nodeid if per_item else node_ids.group_of(item.nodeid)
             for item in items
             if isinstance(item, CheckItem)
         }
@@ -97,9 +98,9 @@ class SelectChangedRun:
         keep = [item for item in items if units.get(id(item)) is None or units[id(item)] in running]
         smoke = None
         if not any(id(item) in units for item in keep):
-            smoke_groups = {item_map.group_of(i.nodeid) for i in items if id(i) in units and i.case.name == SMOKE_CASE}
+            smoke_groups = {node_ids.group_of(i.nodeid) for i in items if id(i) in units and i.case.name == SMOKE_CASE}
             smoke = min(smoke_groups, key=lambda g: (len(g), g)) if smoke_groups else None
-            keep = [i for i in items if id(i) not in units or item_map.group_of(i.nodeid) == smoke]
+            keep = [i for i in items if id(i) not in units or node_ids.group_of(i.nodeid) == smoke]
         kept = {id(item) for item in keep}
         dropped = [item for item in items if id(item) not in kept]
         if dropped:
@@ -118,7 +119,7 @@ class SelectChangedRun:
             "changes": [change.label() for change in self.changes],
             "everything": self.selection.everything,
             "reasons": [{"reason": str(r), "items": items_in(r.units)} for r in self.selection.reasons],
-            "unmapped_groups": sorted({item_map.group_of(i.nodeid) for i in items if units.get(id(i)) in unmapped}),
+            "unmapped_groups": sorted({node_ids.group_of(i.nodeid) for i in items if units.get(id(i)) in unmapped}),
             "unmapped_items": sum(1 for unit in units.values() if unit in unmapped),
             "smoke_group": smoke,
             "collected_items": len(units),
@@ -188,6 +189,6 @@ def describe(record: dict[str, Any]) -> list[str]:
             f"(in {len(record['unmapped_groups'])} group(s))"
         )
     if record["smoke_group"]:
-        lines.append(f"  nothing the map runs changed: the import smoke {record['smoke_group']} runs")
+        lines.append(f"  nothing the map runs changed: the import smoke runs (group {record['smoke_group']})")
     lines += [f"  note: {note}" for note in record["notes"]]
     return lines

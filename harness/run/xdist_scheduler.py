@@ -1,4 +1,7 @@
-"""xdist's loadscope scheduling, made safe against a worker that dies mid-case.
+"""xdist's loadscope scheduling by case group, made safe against a worker that dies mid-case.
+
+A scope is one (case, profile) group (harness/records/node_ids.py): xdist's own scope, everything
+before the last ``::``, would be the whole case, every profile and sweep variant on one worker.
 
 pytest-xdist 3.8's ``LoadScopeScheduling.remove_node`` puts a crashed worker's unfinished
 case group back in the queue *including the item that crashed*, so a wrapper that kills its
@@ -10,12 +13,17 @@ first; it is reported as crashed (by xdist) and only the rest of its group is re
 from __future__ import annotations
 
 from harness import compat
+from harness.records import node_ids
 
 # The members this subclass overrides or reads are checked present (harness/compat.py).
 LoadScopeScheduling = compat.loadscope_scheduling()
 
 
 class CrashSafeLoadScopeScheduling(LoadScopeScheduling):
+    def _split_scope(self, nodeid):  # type: ignore[override]
+        parts = node_ids.parse(nodeid)
+        return parts.group if parts else super()._split_scope(nodeid)
+
     def remove_node(self, node):  # type: ignore[override]
         crashed = None
         for work_unit in self.assigned_work.get(node, {}).values():

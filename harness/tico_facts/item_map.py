@@ -26,15 +26,11 @@ from typing import Any, Iterable
 
 import coverage
 
+from harness.records import node_ids
 from harness.tico_facts import changed_lines, stage_contexts
 
 MAP_NAME = "item-map.json"
 _FIRST = "first-group.{pid}.txt"
-
-
-def group_of(nodeid: str) -> str:
-    """An item's group: its node id without the check (``cases/nn.py::nn_linear[tiny]``)."""
-    return nodeid.rsplit("::", 1)[0]
 
 
 def source_files(root: Path) -> dict[str, str]:
@@ -145,7 +141,8 @@ def _per_item(
     stages: dict[str, dict[str, list]] = {}
     checks: dict[str, dict[str, list]] = {}
     for item in sorted(items):
-        group, _, check = item.rpartition("::")
+        parts = node_ids.parse(item)
+        group, check = (parts.group, parts.check) if parts else (item, "")
         read = sorted(stage_contexts.closure(asked.get(item, set()), deps.get(group, {})))
         table = stages.setdefault(group, {"names": [], "functions": []})
         for stage in read:
@@ -171,7 +168,7 @@ def item_reach(item_map: dict[str, Any], part: str = "functions") -> dict[str, s
             found = set(entry[own_at])
             for position in entry[1]:
                 found.update(table[part][position])
-            reach[f"{group}::{check}"] = found
+            reach[node_ids.item_id(group, check)] = found
     return reach
 
 

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from harness.records import node_ids
+
 STAGE_SEPARATOR = "|"
 _FILE = "stages.{pid}.json"
 
@@ -25,7 +27,7 @@ def group_of_context(context: str) -> str:
     """The (case, profile) group a context belongs to ("" outside every item)."""
     if STAGE_SEPARATOR in context:
         return context.split(STAGE_SEPARATOR, 1)[0]
-    return context.rsplit("::", 1)[0] if "::" in context else context
+    return node_ids.group_of(context)
 
 
 def stage_of_context(context: str) -> str | None:
