@@ -239,10 +239,10 @@ def test_review_every_finding_gone_passes_as_fixed():
     assert verdict.verdict == "fixed" and "remove it" in verdict.message
 
 
-def test_a_new_problem_is_red_on_any_tico_and_names_the_finding_it_looks_like():
+def test_a_new_problem_is_red_on_any_tico_and_names_the_line_no_pattern_matches():
     for strict in (True, False):
-        verdict = judge(TWO, ["alpha 1", "beta", "gamma"], strict=strict, looks_like=lambda line: ("third",))
-        assert verdict.verdict == "failed" and "gamma [looks like finding third]" in verdict.message
+        verdict = judge(TWO, ["alpha 1", "beta", "gamma"], strict=strict)
+        assert verdict.verdict == "failed" and verdict.unmatched == ("gamma",) and "gamma" in verdict.message
 
 
 def test_a_partly_fixed_finding_is_not_red_for_review():
@@ -265,6 +265,46 @@ def test_looks_like_names_a_known_finding_on_an_undeclared_case():
     )
     assert looks_like("qparam_consistency", line) == ("llama-residual-float-add",)
     assert looks_like("observer_use", line) == ()
+
+
+def _item(case: str, check: str, outcome: str, *problems: str) -> dict:
+    return {
+        "nodeid": f"cases/x.py::{case}::{check}[tiny]",
+        "case": case,
+        "profile": "tiny",
+        "check": check,
+        "outcome": outcome,
+        "problems": list(problems),
+    }
+
+
+def test_a_finding_is_suggested_only_where_its_group_shows_every_symptom():
+    """A generic line alone (no per-tensor output scale) matches fairseq-prenorm-float-residual's replay pattern;
+    seen on cnn_prelu with its output fake-quant dropped (the PReLU node, not a fairseq residual, has no qparam),
+    it is a new problem. With the finding's qparam_audit symptom in the same group, it is that finding."""
+    from harness.tico_facts.finding_status import summarize
+
+    replay = "Circle FAKE_QUANTIZE: output tensor has no per-tensor scale (0 scales), cannot express in steps"
+    assert looks_like("circle_replay", replay) == ("fairseq-prenorm-float-residual",)
+    prelu = [
+        dict(_item("prelu", "circle_replay", "failed", replay), looks_like=["fairseq-prenorm-float-residual"]),
+        _item("prelu", "qparam_audit", "failed", "node prelu_1 (prelu, 1 users) has no qparam: no stack trace"),
+    ]
+    summary = summarize(prelu)
+    assert summary["findings"] == [] and prelu[0]["looks_like"] == []
+    assert prelu[0]["looks_like_unconfirmed"] == ["fairseq-prenorm-float-residual"]
+    assert [p["where"] for p in summary["new_problems"]] == ["prelu[tiny]::circle_replay", "prelu[tiny]::qparam_audit"]
+    residual = (
+        'node add_1 (aten.add.Tensor, 2 users) has no qparam: File "tico/quantization/wrapq/wrappers/fairseq/'
+        'quant_encoder_layer.py", line 80, in forward | x = residual + x'
+    )
+    prenorm = [
+        dict(_item("prenorm", "circle_replay", "failed", replay), looks_like=["fairseq-prenorm-float-residual"]),
+        _item("prenorm", "qparam_audit", "failed", residual),
+    ]
+    (finding,) = summarize(prenorm)["findings"]
+    assert finding["id"] == "fairseq-prenorm-float-residual"
+    assert finding["undeclared"] == ["prenorm[tiny]::circle_replay"]
 
 
 def test_expect_refuses_unknown_ids_and_ambiguous_checks():

@@ -141,9 +141,9 @@ def _part_status(part: Part, lines: list[str]) -> tuple[str, list[str]]:
     return ("fixed" if len(unmet) == len(part.problems) else "changed"), unmet
 
 
-def judge(expectation: Expected, problems: list[str], *, strict: bool = True, looks_like=lambda line: ()) -> Judgement:
-    """``strict``: the run is on the tico the expectation was recorded for. ``looks_like(line)``
-    names the known findings an unmatched line resembles (shown beside it)."""
+def judge(expectation: Expected, problems: list[str], *, strict: bool = True) -> Judgement:
+    """``strict``: the run is on the tico the expectation was recorded for. A line no pattern matches
+    fails the item (``Judgement.unmatched``)."""
     lines = [matchable(p) for p in problems]
     unmatched = tuple(
         p for p, line in zip(problems, lines) if not any(re.search(pattern, line) for pattern in expectation.problems)
@@ -155,11 +155,8 @@ def judge(expectation: Expected, problems: list[str], *, strict: bool = True, lo
         statuses[part.label] = status
         unmet_all += unmet
     if unmatched:
-        shown = []
-        for line in unmatched:
-            similar = looks_like(line)
-            shown.append(line + (f" [looks like finding {', '.join(similar)}]" if similar else ""))
-        return Judgement("failed", f"{UNEXPECTED} ({expectation.reason}): " + " | ".join(shown), statuses, unmatched)
+        message = f"{UNEXPECTED} ({expectation.reason}): " + " | ".join(unmatched)
+        return Judgement("failed", message, statuses, unmatched)
     gone = [label for label, status in statuses.items() if status != "occurs"]
     if gone and strict:
         if not problems:

@@ -171,7 +171,7 @@ class CheckItem(pytest.Item):
         elif judgement:
             result.notes.append(f"expected failure: {judgement.message}")
         elif result.problems:
-            self._name_similar_findings(result)
+            self._note_similar_findings(result)
         self._record(
             metrics=result.metrics,
             ungated=result.ungated,
@@ -213,12 +213,7 @@ class CheckItem(pytest.Item):
         strict = state_of(self.config).findings_strict
 
         def judged(expected):
-            return judge(
-                expected,
-                problems,
-                strict=strict,
-                looks_like=lambda line: findings_data.looks_like(self.check.name, line),
-            )
+            return judge(expected, problems, strict=strict)
 
         judgement = judged(expectation)
         # A finding a newer tico brought that does not occur here was never here: not "fixed".
@@ -228,6 +223,9 @@ class CheckItem(pytest.Item):
                 return None
             judgement = judged(kept)
         self._record(findings={label.removeprefix("finding "): status for label, status in judgement.parts.items()})
+        similar = {fid for line in judgement.unmatched for fid in findings_data.looks_like(self.check.name, line)}
+        if similar:  # candidates, confirmed on the group by the run's findings summary
+            self._record(looks_like=sorted(similar))
         return judgement
 
     def _set_aside_stale_allowlists(self, result: CheckResult) -> None:
@@ -241,14 +239,12 @@ class CheckItem(pytest.Item):
             result.notes += [f"stale on this tico: {line}" for line in stale]
             self._record(stale_allowlist=stale)
 
-    def _name_similar_findings(self, result: CheckResult) -> None:
-        """A failure on a case that declares no expectation: name the known findings it resembles."""
+    def _note_similar_findings(self, result: CheckResult) -> None:
+        """A failure on a case that declares no expectation: the known findings one of its lines resembles,
+        kept in the record only; the run's findings summary names one only where the group shows all of its
+        symptoms (harness/tico_facts/finding_status.confirm_suggestions), else the failure is a new problem."""
         similar = {fid for line in result.problems for fid in findings_data.looks_like(self.check.name, line)}
         if similar:
-            result.problems.append(
-                f"looks like finding {', '.join(sorted(similar))}, which this case does not "
-                f"declare (python -m harness findings)"
-            )
             self._record(looks_like=sorted(similar))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style=None) -> str:

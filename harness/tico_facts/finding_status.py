@@ -10,10 +10,11 @@ import re
 from typing import Any, Iterable
 
 from harness.records import rerun
-from harness.tico_facts.findings_data import FindingsError, api_change_of, registry
+from harness.tico_facts.findings_data import FindingsError, api_change_of, registry, shows_every_symptom
 
 OPEN, FIXED, NEW = "open", "fixed", "new"
 _FAILED = ("failed", "error", "crashed")
+_RAN = ("passed", "xfailed", *_FAILED)
 # what differs between items with the same problem: numbers, layer indices, quoted sizes
 _VARYING = re.compile(r"[-+]?\d+(\.\d+)?([eE][-+]?\d+)?")
 
@@ -33,6 +34,27 @@ def item_lines(record: dict[str, Any]) -> list[str]:
     return text.splitlines()
 
 
+def confirm_suggestions(records: Iterable[dict[str, Any]]) -> None:
+    """Keep, of the findings each failed item's lines resemble (``looks_like``, set by the item), those
+    whose every symptom its (case, profile) group shows (``findings_data.shows_every_symptom``); the rest
+    move to ``looks_like_unconfirmed``, and the failure reads as a new problem."""
+    records = list(records)
+    groups: dict[tuple[Any, Any], dict[str, list[str]]] = {}
+    for record in records:
+        if record.get("check") and record.get("outcome") in _RAN:
+            lines = item_lines(record) if record["outcome"] != "passed" else []
+            groups.setdefault((record.get("case"), record.get("profile")), {})[record["check"]] = lines
+    for record in records:
+        candidates = record.get("looks_like")
+        if not candidates:
+            continue
+        group = groups.get((record.get("case"), record.get("profile")), {})
+        kept = [fid for fid in candidates if shows_every_symptom(fid, group)]
+        if kept != list(candidates):
+            record["looks_like"] = kept
+            record.setdefault("looks_like_unconfirmed", []).extend(f for f in candidates if f not in kept)
+
+
 def failure_explained_by(record: dict[str, Any]) -> tuple[str, ...] | str | None:
     """What the findings data explains a failed item by: the findings it looks like (a tuple of
     ids), else the tico change its case must follow (an id), else None."""
@@ -43,7 +65,10 @@ def failure_explained_by(record: dict[str, Any]) -> tuple[str, ...] | str | None
 
 def summarize(records: Iterable[dict[str, Any]], tico: str | None = None) -> dict[str, Any]:
     """``{"findings": [...], "api_changes": [...], "new_problems": [...]}`` for one run's item
-    records; ``tico``: the WRAPQ_TICO the run was given, for the commands that reproduce each one."""
+    records (a failure's resemblance to a finding confirmed on its group first); ``tico``: the WRAPQ_TICO the
+    run was given, for the commands that reproduce each one."""
+    records = list(records)
+    confirm_suggestions(records)
     seen: dict[str, dict[str, Any]] = {}
     api_changes: dict[str, dict[str, Any]] = {}
     new_problems = []

@@ -278,20 +278,44 @@ def definition_errors(check: str, expectation: Expected) -> list[str]:
     return errors
 
 
-@functools.lru_cache(maxsize=None)
-def _generic(check: str) -> tuple[tuple[str, tuple[re.Pattern, ...]], ...]:
-    """Each finding's patterns for ``check`` with ``<probe>`` matching any probe name."""
-    return tuple(
-        (f.id, tuple(re.compile(p.replace(PROBE, r"[^\]]+")) for p in f.patterns_for(check)))
+@functools.lru_cache(maxsize=1)
+def _generic_by_finding() -> dict[str, dict[str, tuple[re.Pattern, ...]]]:
+    """Each finding's patterns by check, with ``<probe>`` matching any probe name."""
+    return {
+        f.id: {
+            check: tuple(re.compile(p.replace(PROBE, r"[^\]]+")) for p in found) for check, found in f.patterns.items()
+        }
         for f in registry().findings.values()
-        if f.patterns_for(check)
-    )
+    }
+
+
+def _for_check(patterns: Mapping[str, tuple[re.Pattern, ...]], check: str) -> tuple[re.Pattern, ...]:
+    """The check's own patterns, else the ones for any check (``Finding.patterns_for``)."""
+    return patterns.get(check) or patterns.get(ANY_CHECK, ())
 
 
 def looks_like(check: str, line: str) -> tuple[str, ...]:
-    """The findings one of whose patterns for ``check`` matches ``line`` (its matchable form)."""
+    """The findings one of whose patterns for ``check`` matches ``line`` (its matchable form): candidates,
+    until their other symptoms are found too (``shows_every_symptom``)."""
     text = matchable(line)
-    return tuple(fid for fid, patterns in _generic(check) if any(p.search(text) for p in patterns))
+    return tuple(
+        fid
+        for fid, by_check in _generic_by_finding().items()
+        if any(p.search(text) for p in _for_check(by_check, check))
+    )
+
+
+def shows_every_symptom(fid: str, lines_by_check: Mapping[str, Iterable[str]]) -> bool:
+    """Whether a (case, profile) group shows finding ``fid`` whole: for each check the finding has its own
+    patterns for, the group's item of that check -- where it ran -- said a line one of them matches. A
+    failure one generic pattern matches (output steps over a limit) is no diagnosis while the finding's
+    distinctive symptoms (an observer never fed, a node without qparams) are absent."""
+    by_check = _generic_by_finding().get(fid, {})
+    for check, lines in lines_by_check.items():
+        found = by_check.get(check)
+        if found and not any(p.search(matchable(line)) for p in found for line in lines):
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=1)
