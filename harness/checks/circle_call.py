@@ -1,16 +1,19 @@
 """The Circle model called the way users call it: by keyword in an order other than the signature's,
 tuple inputs as one keyword (``position_embeddings=(cos, sin)``), and positional-then-keyword, inputs in
-their serialized dtypes, through tico's binding of names to inputs (``ModelInputSpec.bind``, as
-``CircleModel.__call__`` does): each keyword lands on its own input, and each call's outputs equal the
-positional call's bit for bit, in FAKE_QUANTIZE and, where the runtime executes the graph, through
-``CircleModel`` in NATIVE. An input at another batch than the graph's static one, or in another dtype
-than its serialized one, must be refused by name, never computed. The other replay checks hand the
-runtime a positional list."""
+their serialized dtypes. Through tico's binding of names to inputs (``ModelInputSpec.bind``): each keyword
+lands on its own input, and each call's outputs equal the positional call's bit for bit in FAKE_QUANTIZE.
+Through the path users call, ``CircleModel(...)(...)`` and ``tico.interpreter.infer.infer(...)``: the inputs
+tico's runtime receives are the positional call's, in order and bit for bit, and so are the outputs where
+the runtime executes the graph (NATIVE); where it refuses by design, every call form meets the same refusal.
+Each other runtime tico offers (``CircleModel(runtime=...)``) is called too, or said to be absent here.
+An input at another batch than the graph's static one, or in another dtype than its serialized one, must
+be refused by name, never computed. The other replay checks hand the runtime a positional list."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import torch
@@ -63,7 +66,6 @@ def _bound_wrongly(spec: Any, kwargs: dict[str, Any], expected: list[torch.Tenso
 def run(pipeline) -> CheckResult:
     from tico.circle.runtime.executor import CircleReferenceRuntime
     from tico.circle.runtime.kernels.base import ExecutionMode
-    from tico.utils.model import CircleModel
     from tico.utils.signature import ModelInputSpec
 
     result = CheckResult()
@@ -102,19 +104,84 @@ def run(pipeline) -> CheckResult:
         return list(runtime.run(floats, mode=ExecutionMode.FAKE_QUANTIZE).outputs)
 
     compared = _compare_calls(result, calls, fake_quantize_call(tuple(inputs), {}), fake_quantize_call, "FAKE_QUANTIZE")
-    model = CircleModel(artifact.binary)
-    try:
-        native = _leaves(model(*inputs))
-    except Exception as exc:  # noqa: BLE001 - a by-design NATIVE refusal leaves the FAKE_QUANTIZE calls
-        cause = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        if not NATIVE_BY_DESIGN.search(cause):
-            result.fail(f"the positional call failed: {cause}")
-        else:
-            result.notes.append(f"NATIVE execution refused by design ({cause}): calls compared in FAKE_QUANTIZE")
-    else:
-        compared += _compare_calls(result, calls, native, lambda a, k: _leaves(model(*a, **k)), "NATIVE")
+    compared += _users_path(result, artifact.binary, calls, inputs)
     result.metrics["calls"] = compared
     return result
+
+
+def _cause(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _users_path(result: CheckResult, binary: bytes, calls: dict, inputs: list[torch.Tensor]) -> int:
+    """Each call through ``CircleModel.__call__`` and ``tico.interpreter.infer.infer``, as users make it: what
+    tico's reference runtime was handed (seen by a spy on ``CircleReferenceRuntime.run`` that calls the real
+    one) and what came back, against the positional call; how many calls were compared."""
+    from tico.circle.runtime import CircleReferenceRuntime
+    from tico.interpreter.infer import infer
+    from tico.utils.model import CircleModel
+
+    def call(entry, args: tuple, kwargs: dict) -> tuple[list[list[np.ndarray]], Any]:
+        with mock.patch.object(CircleReferenceRuntime, "run", autospec=True, side_effect=real_run) as spy:
+            try:
+                outcome: Any = _leaves(entry(*args, **kwargs))
+            except Exception as exc:  # noqa: BLE001 - compared with the positional call's refusal below
+                outcome = exc
+        received = [[np.array(x) for x in c.args[1]] for c in spy.call_args_list]
+        return received, outcome
+
+    real_run = CircleReferenceRuntime.run
+    entries = {
+        "CircleModel(...)": CircleModel(binary),
+        "tico.interpreter.infer.infer": lambda *a, **k: infer(binary, *a, **k),
+    }
+    compared = 0
+    for path, entry in entries.items():
+        want_inputs, want = call(entry, tuple(inputs), {})
+        if isinstance(want, Exception) and not NATIVE_BY_DESIGN.search(_cause(want)):
+            result.fail(f"{path}: the positional call failed: {_cause(want)}")
+            continue
+        if isinstance(want, Exception):
+            result.notes.append(f"{path}: NATIVE execution refused by design ({_cause(want)}): inputs compared")
+        for label, (args, kwargs) in calls.items():
+            got_inputs, got = call(entry, args, kwargs)
+            compared += 1
+            where = f"{path} called by {label}"
+            if len(got_inputs) != len(want_inputs) or any(
+                len(g) != len(w) or any(a.dtype != b.dtype or not np.array_equal(a, b) for a, b in zip(g, w))
+                for g, w in zip(got_inputs, want_inputs)
+            ):
+                result.fail(f"{where}: tico's runtime received other inputs than from the positional call")
+            if isinstance(want, Exception) or isinstance(got, Exception):
+                if not (isinstance(want, Exception) and isinstance(got, Exception) and _cause(got) == _cause(want)):
+                    shown = _cause(got) if isinstance(got, Exception) else "outputs"
+                    wanted = _cause(want) if isinstance(want, Exception) else "outputs"
+                    result.fail(f"{where}: {shown}, where the positional call gave {wanted}")
+                continue
+            for index, (a, b) in enumerate(zip(got, want)):
+                if a.shape != b.shape or not np.array_equal(a, b):
+                    result.fail(f"{where}: NATIVE output {index} differs from the positional call")
+    _other_runtimes(result, binary, inputs)
+    return compared
+
+
+def _other_runtimes(result: CheckResult, binary: bytes, inputs: list[torch.Tensor]) -> None:
+    """Each runtime ``CircleModel`` offers besides the reference one, called positionally: run, or said absent
+    (an optional runtime tico never picks by itself: ONE's luci-interpreter library, the onert package)."""
+    from tico.interpreter import backends
+    from tico.utils.model import CircleModel
+
+    others = [name for name in getattr(backends, "RUNTIME_CHOICES", ()) if name != backends.DEFAULT_RUNTIME]
+    states = {}
+    for name in others:
+        try:
+            CircleModel(binary, runtime=name)(*inputs)
+        except (RuntimeError, ImportError) as exc:
+            states[name] = f"not run here: {_cause(exc)}"
+        else:
+            states[name] = "ran"
+    result.evidence["other_runtimes"] = states
 
 
 def _probe_refusals(result: CheckResult, spec: Any, inputs: list[torch.Tensor]) -> None:
