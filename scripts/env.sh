@@ -56,18 +56,20 @@ if [ -n "${WRAPQ_TICO:-}" ]; then
     if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.wrapq-source" 2>/dev/null)" != "$key" ]; then
         echo "[env] building $venv for tico from $source_spec" >&2
         rm -rf "$venv"
-        python3.11 -m venv "$venv"
+        # No pip of its own (ensurepip is most of a venv's build time): .venv's pip installs into it.
+        python3.11 -m venv --without-pip "$venv"
+        pip_into=(.venv/bin/pip --python "$venv/bin/python" install "${pip_quiet[@]}" --no-deps)
         site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
         base_site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
         case "$key" in
             dir:*)
                 if [ -f "$source_dir/pyproject.toml" ] || [ -f "$source_dir/setup.py" ]; then
-                    "$venv/bin/pip" install "${pip_quiet[@]}" --no-deps -e "$source_dir"
+                    "${pip_into[@]}" -e "$source_dir"
                 fi
                 # The tree itself first on the path, whatever the editable install's mechanism.
                 echo "$source_dir" > "$site/00_wrapq_tico_under_review.pth" ;;
-            wheel:*) "$venv/bin/pip" install "${pip_quiet[@]}" --no-deps "$source_file" ;;
-            version:*) "$venv/bin/pip" install "${pip_quiet[@]}" --no-deps --pre "tico==$source_spec" ;;
+            wheel:*) "${pip_into[@]}" "$source_file" ;;
+            version:*) "${pip_into[@]}" --pre "tico==$source_spec" ;;
         esac
         # .venv's packages (and their .pth files: the harness is installed editable) after the tico.
         echo "import site; site.addsitedir('$base_site')" > "$site/zz_wrapq_pinned_stack.pth"
