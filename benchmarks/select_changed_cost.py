@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.records import node_ids
 from harness.run.select_changed import DEFAULT_MAP, SMOKE_CASE
 from harness.tico_facts import change_selection, changed_functions, item_map, tico_sources
 
@@ -68,12 +69,12 @@ def kind_of(files: set[str]) -> str:
 def share(changes: list, committed: dict, items: list[str], base: Path) -> tuple[int, list[str]]:
     """How many of ``items`` the run selects for ``changes`` against the tico at ``base``, and why."""
     selection = change_selection.select(changes, committed, item_map.source_files(base))
-    unit_of = (lambda nodeid: nodeid) if selection.per_item else item_map.group_of
+    unit_of = (lambda nodeid: nodeid) if selection.per_item else node_ids.group_of
     selected = [i for i in items if unit_of(i) in selection.units or unit_of(i) not in selection.known]
     if not selected:  # the import smoke runs (harness/run/select_changed.py)
-        groups = {item_map.group_of(i) for i in items if f"::{SMOKE_CASE}[" in i}
+        groups = {node_ids.group_of(i) for i in items if f"::{SMOKE_CASE}::" in i}
         smoke = min(groups, key=lambda g: (len(g), g))
-        selected = [i for i in items if item_map.group_of(i) == smoke]
+        selected = [i for i in items if node_ids.group_of(i) == smoke]
     return len(selected), [str(r) for r in selection.reasons]
 
 
@@ -109,7 +110,7 @@ def main() -> int:
     total = len(items)
     cache = REPO / ".wrapq-cache" / "tico-sources"
     versions = builds(args.first)
-    groups = {item_map.group_of(i) for i in items}
+    groups = {node_ids.group_of(i) for i in items}
     print(f"PR gate: {total} items in {len(groups)} groups; map {args.item_map.name} "
           f"(tico {committed.get('tico', {}).get('version')}); builds {versions[0]} .. {versions[-1]}")  # fmt: skip
     rows: list[dict] = []

@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from harness.records import node_ids
 from harness.run.select_changed import DEFAULT_MAP
 from harness.tico_facts import change_selection, changed_functions, item_map, tico_sources
 
@@ -44,7 +45,7 @@ def main() -> int:
         base_root = tico_sources.resolve(base, cache)
         changes = changed_functions.changes(base_root, tico_sources.resolve(head, cache))
         selection = change_selection.select(changes, committed, item_map.source_files(base_root))
-        unit_of = (lambda nodeid: nodeid) if selection.per_item else item_map.group_of
+        unit_of = (lambda nodeid: nodeid) if selection.per_item else node_ids.group_of
         before, after = outcomes(base_dir), outcomes(head_dir)
         items = sorted(after)
         selected = {i for i in items if unit_of(i) in selection.units or unit_of(i) not in selection.known}

@@ -49,6 +49,9 @@ class RunSettings:
     run_golden_dir: Path | None = None
     # --baseline: the base run's results.json (or its report directory)
     base_results: Path | None = None
+    # --tico-coverage: the export stage also runs the adapter eagerly, so the code torch.export traces
+    # (which coverage does not see) is measured under that stage (harness/tico_facts/item_map.py)
+    measure_traced_code: bool = False
 
 
 class Pipeline(StageEngine):
@@ -286,12 +289,14 @@ class Pipeline(StageEngine):
         """torch.export of the QUANT export adapter, once per case; feeds every export check."""
 
         name = self.export_sample_name
-        return self._stage(
-            "torch_export",
-            lambda: export_stages.export_program(
-                self.export_adapter("quant", name), self.case.export.args(self.sample(name))
-            ),
-        )
+
+        def export() -> Any:
+            adapter, args = self.export_adapter("quant", name), self.case.export.args(self.sample(name))
+            if self.settings.measure_traced_code:
+                export_stages.run_traced_code_eagerly(adapter, args)
+            return export_stages.export_program(adapter, args)
+
+        return self._stage("torch_export", export)
 
     @property
     def export_record(self) -> Any:

@@ -56,6 +56,37 @@ def test_new_files_select_their_directory_and_code_nothing_runs_selects_nothing(
     ]
 
 
+# The same map with each process's imports: worker 0 imported the registry, quant_linear and dtypes, then ran
+# nn_linear; worker 1 ran act_relu before anything imported quant_linear, then llama_attention after it.
+IMPORTS = {
+    "files": ["w/registry.py", LINEAR, "w/dtypes.py", ATTENTION],
+    "processes": [[0, 1, 2], [0, 3, 1]],
+    "groups": {"nn_linear[tiny]": [[0, 3]], "act_relu[tiny]": [[1, 1]], "llama_attention[tiny]": [[1, 3]]},
+}
+WITH_IMPORTS = {**MAP, "imports": IMPORTS, "tico": {"files": {LINEAR: "aaaa", ATTENTION: "bbbb", "w/dtypes.py": "cc"}}}
+
+
+def test_module_level_code_selects_every_group_that_had_imported_the_module():
+    """A constant, a class attribute or a registration reaches whoever imported the module, whether or not it
+    runs one of the module's functions; a group whose process had not imported it yet is not reached."""
+    module = select([Change(LINEAR, MODULE)], WITH_IMPORTS)
+    assert module.units == {"nn_linear[tiny]", "llama_attention[tiny]"} and not module.everything
+    assert "in every group that imported it" in str(module.reasons[0])
+    # dtypes.py: no group runs a function of it, yet nn_linear's process had imported it; act_relu's had not
+    assert select([Change("w/dtypes.py", MODULE)], WITH_IMPORTS).units == {"nn_linear[tiny]"}
+    assert select([Change("w/other.py", MODULE)], WITH_IMPORTS).units == set()
+
+
+def test_a_file_the_map_has_in_another_form_or_lacks_widens_the_selection_and_says_so():
+    base = {LINEAR: "aaaa", ATTENTION: "zzzz", "w/dtypes.py": "cc", "w/new_in_base.py": "dd"}
+    same = select([Change(ATTENTION, FUNCTION, "QuantLlamaAttention.forward")], WITH_IMPORTS, base)
+    assert same.units == {"llama_attention[tiny]"} and "another form than BASE" in str(same.reasons[0])
+    narrow = select([Change(LINEAR, FUNCTION, "QuantLinear.forward")], WITH_IMPORTS, base)
+    assert narrow.units == {"nn_linear[tiny]", "llama_attention[tiny]"} and "another form" not in str(narrow.reasons)
+    lacking = select([Change("w/new_in_base.py", FUNCTION, "f")], WITH_IMPORTS, base)
+    assert lacking.everything and "a file the map's tico does not have" in str(lacking.reasons[0])
+
+
 # A map recorded per item: nn_linear's two checks share its stages; only circle_structure reads the Circle one.
 CONVERT = "utils/convert.py::convert_exported_module_to_circle"
 PER_ITEM = {

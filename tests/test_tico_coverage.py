@@ -16,16 +16,18 @@ from harness.tico_facts import branch_coverage, tico_diff
 from tests import preloaded_python
 
 REPO = Path(__file__).resolve().parents[1]
+ATTENTION = "cases/llama.py::llama_attention_prefill[tiny]"
 
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> Path:
-    """nn_linear's quant_accuracy and circle_structure items (the case and its PR sweep variants) on two
-    xdist workers, measured."""
+    """nn_linear's quant_accuracy and circle_structure items (the case and its PR sweep variants), and
+    llama_attention_prefill's (tico's own export adapter) on two xdist workers, measured."""
     report = tmp_path_factory.mktemp("cov") / "reports"
     done = preloaded_python.run(
         [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "--tico-coverage",
-         "-k", "nn_linear and (quant_accuracy or circle_structure)", f"--wrapq-report-dir={report}"],
+         "cases/nn.py::nn_linear", f"{ATTENTION}", "-k", "quant_accuracy or circle_structure",
+         f"--wrapq-report-dir={report}"],
         cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]
@@ -61,15 +63,19 @@ def test_the_run_maps_each_item_group_to_the_tico_functions_it_ran(measured):
     found = item_map.load(measured / "tico-coverage" / item_map.MAP_NAME)
     by_group = item_map.functions_by_group(found)
     groups = [g for g in by_group if g.startswith("cases/nn.py::nn_linear[tiny")]
-    assert len(groups) >= 2 and set(groups) == set(found["groups"])
+    assert len(groups) >= 2 and set(groups) | {ATTENTION} == set(found["groups"])
     forward = "quantization/wrapq/wrappers/nn/quant_linear.py::QuantLinear.forward"
     assert all(forward in by_group[g] for g in groups)  # every group runs the wrapper it quantizes
     assert not any("quant_conv3d.py" in name for names in by_group.values() for name in names)
     # one-time work lands on each process's first group only: listed apart, so selection can widen it
-    assert 1 <= len(found["first_groups"]) <= 2 and set(found["first_groups"]) <= set(groups)
+    assert 1 <= len(found["first_groups"]) <= 2 and set(found["first_groups"]) <= set(found["groups"])
     assert forward not in {found["functions"][i] for i in found["first_only"]}
     summary = branch_coverage.load(measured)
-    assert summary["item_map"]["groups"] == len(groups) and summary["item_map"]["bytes"] < 300_000
+    assert summary["item_map"]["groups"] == len(found["groups"]) and summary["item_map"]["bytes"] < 300_000
+    # each process's imports: every group had imported the wrapper it ran, and the registry all wrappers register in
+    linear = item_map.groups_importing(found, "quantization/wrapq/wrappers/nn/quant_linear.py")
+    assert set(groups) <= linear and item_map.groups_importing(found, "utils/convert.py") == set(found["groups"])
+    assert item_map.groups_importing(found, "no/such/module.py") == set()
 
 
 def test_each_item_reaches_what_it_ran_and_what_computing_the_stages_it_reads_ran(measured):
@@ -83,12 +89,28 @@ def test_each_item_reaches_what_it_ran_and_what_computing_the_stages_it_reads_ra
     names = found["functions"]
     items = {i for i in reach if node_ids.group_of(i).startswith("cases/nn.py::nn_linear[tiny")}
     assert {node_ids.parse(i).check for i in items} == {"quant_accuracy", "circle_structure"}
-    assert len(items) == 2 * len(found["groups"])
+    assert len(items) == 2 * (len(found["groups"]) - 1)
     forward = names.index("quantization/wrapq/wrappers/nn/quant_linear.py::QuantLinear.forward")
     convert = names.index("utils/convert.py::convert_exported_module_to_circle")
     for item in items:
         assert forward in reach[item], item
         assert (convert in reach[item]) == (node_ids.parse(item).check == "circle_structure"), item
+
+
+def test_code_only_torch_export_traces_reaches_every_item_that_reads_the_program(measured):
+    """tico's Llama prefill export adapter runs only inside torch.export (dynamo: coverage does not see it) for
+    the items that read the program; the measured export stage runs it eagerly too, so circle_structure
+    reaches its forward, and quant_accuracy, which reads no program, does not."""
+    from harness.records import node_ids
+    from harness.tico_facts import item_map
+
+    found = item_map.load(measured / "tico-coverage" / item_map.MAP_NAME)
+    reach = item_map.item_reach(found)
+    adapter = found["functions"].index(
+        "quantization/wrapq/wrappers/llama/export_adapters.py::LlamaAttentionPrefillExportAdapter.forward"
+    )
+    assert adapter in reach[node_ids.item_id(ATTENTION, "circle_structure")]
+    assert adapter not in reach[node_ids.item_id(ATTENTION, "quant_accuracy")]
 
 
 def test_the_command_reports_totals_classes_and_uncovered_branches(measured):

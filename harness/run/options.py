@@ -230,6 +230,7 @@ def run_settings(config: pytest.Config, run_id: str, given: list[Path]) -> RunSe
         stage_timeout=config.getoption("wrapq_stage_timeout") or None,
         circle_cache_dir=circle_cache_dir(config),
         export_cache_dir=export_cache_dir(config),
+        measure_traced_code=bool(config.getoption("wrapq_tico_coverage")),
     )
 
 

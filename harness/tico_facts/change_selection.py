@@ -11,8 +11,13 @@ stated with the units it selects (``Selection.reasons``):
   module bodies, a lazily filled registry): every unit;
 - a function of a file units reach, that the map has never seen (new or renamed): the units that
   reach that file;
-- module-level code or a removed file: the units that reach a function of that file; every unit when
-  none does but its body ran (a module of constants every item may read);
+- module-level code (an import added, a constant, a class attribute, a registration) or a removed file: the
+  units whose process had imported the module by their group's end (the map's ``imports``); with a map
+  that kept no imports, the units that reach a function of that file, every unit when none does but its
+  body ran;
+- a change in a file the map's tico has in another form than BASE's: as module-level code of that file (the
+  map's functions and lines may not be BASE's), said so; in a file BASE has and the map's tico lacks: every
+  unit, said so (no unit's import of it was measured);
 - a new Python file: the units that reach a file of its directory (it takes effect through an import,
   and an import added elsewhere is itself a change there); none when none does (tico imports no
   directory by listing it: no pkgutil walk, its registries import fixed module names);
@@ -26,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.records import node_ids
 from harness.tico_facts.changed_functions import (
     DEPENDENCIES,
     FUNCTION,
@@ -35,6 +41,7 @@ from harness.tico_facts.changed_functions import (
     REMOVED_FILE,
     Change,
 )
+from harness.tico_facts.item_map import groups_importing
 from harness.tico_facts.item_map import item_reach as item_map_reach
 
 
@@ -108,9 +115,29 @@ def select(changes: list[Change], item_map: dict[str, Any], base_files: dict[str
     def nothing(why: str) -> None:
         selection.reasons.append(Reason(why, frozenset(), unit))
 
+    measured_files = (item_map.get("tico") or {}).get("files")
+
+    def importers(file: str) -> set[str] | None:
+        groups = groups_importing(item_map, file)
+        if groups is None:
+            return None
+        return {u for u in runs if (node_ids.group_of(u) if per_item else u) in groups}
+
     for change in changes:
         in_file = lambda f, file=change.file: f.split("::", 1)[0] == file  # noqa: E731
         body_ran = f"{change.file}::" in seen
+        in_base = base_files is not None and change.file in base_files and change.kind not in (NEW_FILE, NON_PYTHON)
+        if in_base and measured_files is not None and change.file not in measured_files:
+            everything(f"{change.file}: a file the map's tico does not have (no {unit}'s import of it was measured)")
+            continue
+        if in_base and measured_files is not None and measured_files[change.file] != base_files[change.file]:
+            found = importers(change.file)
+            if found is not None:
+                take(
+                    found,
+                    f"{change.file}: the map's tico has it in another form than BASE: every {unit} that imported it",
+                )
+                continue
         if change.kind == NON_PYTHON:
             everything(f"{change.file}: a non-Python file")
         elif change.kind == DEPENDENCIES:
@@ -135,6 +162,11 @@ def select(changes: list[Change], item_map: dict[str, Any], base_files: dict[str
                 take(units_running(lambda f: in_file(f) and not f.endswith("::")), f"{key}: unseen in the map")
             else:
                 nothing(f"{key}: no {unit} runs {change.file}")
+        elif change.kind in (MODULE, REMOVED_FILE) and (found := importers(change.file)) is not None:
+            if found:
+                take(found, f"{change.file}: {change.kind}, in every {unit} that imported it")
+            else:
+                nothing(f"{change.file}: {change.kind}, never imported")
         elif change.kind in (MODULE, REMOVED_FILE):
             found = units_running(lambda f: in_file(f) and not f.endswith("::"))
             if found:

@@ -12,7 +12,10 @@ versions by name. Code run outside every item (imports, the controller, warm-up)
 ``outside_items``: a change there can reach every item. One-time work done at first use in a process
 (a registry filled lazily, a module imported late) is measured under the first group that needed it
 only; each process's first group is recorded (``first_groups``), and the functions only first groups
-ran are listed (``first_only``) so a selection can treat them as reaching every item.
+ran are listed (``first_only``) so a selection can treat them as reaching every item. ``imports`` keeps
+each process's tico modules in import order and how many each group had imported by its end: a module
+body's names (a constant, a class attribute, a registration) reach whoever imported it, whether or not
+they run one of its functions (``groups_importing``).
 """
 
 from __future__ import annotations
@@ -96,6 +99,9 @@ def build(data_file: Path, files: Iterable[tuple[Path, str, dict[str, Any]]]) ->
     first = first_groups(data_file.parent)
     built = {"functions": names, **_one_time(by_context, first)}
     built["groups"] = {group: sorted(found) for group, found in sorted(_by_group(by_context).items()) if group}
+    imports = stage_contexts.read_imports(data_file.parent)
+    if imports:
+        built["imports"] = _imports(imports)
     recorded = stage_contexts.read(data_file.parent)
     if recorded is not None:
         built |= _per_item(by_context, *recorded)
@@ -103,6 +109,33 @@ def build(data_file: Path, files: Iterable[tuple[Path, str, dict[str, Any]]]) ->
         one_time = _one_time(lines_by_context, first)
         built |= {"lines_outside_items": one_time["outside_items"], "lines_first_only": one_time["first_only"]}
     return built
+
+
+def _imports(processes: list[dict]) -> dict[str, Any]:
+    """Per process the files of its tico modules in import order (indices into ``files``; the order matters,
+    so these lists are kept as they are, not as runs), and per group the [process, count] pairs saying how
+    many of them it had imported by its end."""
+    index: dict[str, int] = {}
+    orders, groups = [], {}
+    for position, record in enumerate(processes):
+        orders.append([index.setdefault(f, len(index)) for f in record["order"]])
+        for group, count in record["groups"].items():
+            groups.setdefault(group, []).append([position, count])
+    files = sorted(index, key=index.get)
+    return {"files": files, "processes": orders, "groups": groups}
+
+
+def groups_importing(item_map: dict[str, Any], file: str) -> set[str] | None:
+    """The groups whose process had imported ``file`` (a module under the package) by the group's end;
+    None for a map that kept no imports."""
+    imports = item_map.get("imports")
+    if imports is None:
+        return None
+    if file not in imports["files"]:
+        return set()
+    wanted = imports["files"].index(file)
+    orders = imports["processes"]
+    return {group for group, seen in imports["groups"].items() if any(wanted in orders[p][:count] for p, count in seen)}
 
 
 def _add_lines(built: dict[str, Any], lines: list[str], per_line: dict[str, Any]) -> None:

@@ -6,7 +6,9 @@ calibrate, export, Circle conversion ...) that the first item of its group to as
 coverage.py's context is the item's node id while the item runs, and ``<group>|<stage>`` while a
 stage computes; each process also records which stages each item asked for (memo hits included)
 and which stages a stage asked for while computing, so a later item that only read a stage still
-reaches what computing it ran. Written per process as ``stages.<pid>.json`` beside the data.
+reaches what computing it ran. Written per process as ``stages.<pid>.json`` beside the data, with the
+process's tico modules in the order it imported them and, per group, how many it had imported by the
+group's end (``imports``): a module-level change reaches the groups that had imported its module.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class StageContexts:
         self.asked: dict[str, set[str]] = {}
         self.deps: dict[str, dict[str, set[str]]] = {}
         self.items: set[str] = set()
+        # group -> how many of the package's modules this process had imported by the group's end
+        self.imported: dict[str, int] = {}
 
     def _group(self) -> str:
         return group_of_context(self._item)
@@ -51,6 +55,7 @@ class StageContexts:
     def item_starts(self, nodeid: str) -> None:
         """An item this process runs (one a crashed process ran is in no record: the map lacks it, and a
         selection runs it whatever changed)."""
+        self._note_imports()
         self._item = nodeid
         self.items.add(nodeid)
         self._running.clear()
@@ -75,13 +80,49 @@ class StageContexts:
             below = f"{self._group()}{STAGE_SEPARATOR}{self._running[-1]}" if self._running else self._item
             self._switch(below)
 
+    def _note_imports(self) -> None:
+        """The item that ran until now had the package's modules imported so far (sys.modules keeps import
+        order, so a count is a prefix of ``imported_modules``)."""
+        if self._item:
+            group = self._group()
+            self.imported[group] = max(self.imported.get(group, 0), len(imported_modules()))
+
     def write(self, data_dir: Path) -> None:
+        self._note_imports()
         document = {
             "asked": {item: sorted(found) for item, found in self.asked.items()},
             "deps": {group: {s: sorted(d) for s, d in deps.items()} for group, deps in self.deps.items()},
             "items": sorted(self.items),
+            "imports": {"order": imported_modules(), "groups": self.imported},
         }
         (data_dir / _FILE.format(pid=os.getpid())).write_text(json.dumps(document))
+
+
+def imported_modules(package: str = "tico") -> list[str]:
+    """The package's modules this process imported, in import order, as files under the package
+    (``quantization/wrapq/wrappers/nn/quant_linear.py``, a package as its ``__init__.py``)."""
+    root = sys.modules.get(package)
+    if root is None or not getattr(root, "__file__", None):
+        return []
+    top = Path(root.__file__).resolve().parent
+    found = []
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None) if (name == package or name.startswith(f"{package}.")) else None
+        if where:
+            path = Path(where).resolve()
+            if path.is_relative_to(top):
+                found.append(path.relative_to(top).as_posix())
+    return found
+
+
+def read_imports(data_dir: Path) -> list[dict]:
+    """Each process's ``imports`` record (none from a run before they were kept)."""
+    found = []
+    for path in sorted(data_dir.glob(_FILE.format(pid="*"))):
+        imports = json.loads(path.read_text()).get("imports")
+        if imports is not None:
+            found.append(imports)
+    return found
 
 
 def forget_memoized(package: str = "tico") -> int:
