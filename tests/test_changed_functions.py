@@ -67,6 +67,10 @@ def test_code_outside_every_function_is_a_module_level_change_and_comments_there
     assert file_changes("m.py", BASE, BASE.replace('["a", "b"]', '["a", "b", "c"]')) == {Change("m.py", MODULE)}
     assert file_changes("m.py", BASE, BASE.replace("scale = 2", "scale = 3")) == {Change("m.py", MODULE)}
     assert file_changes("m.py", BASE, "# Copyright\n# licence\n" + BASE) == set()
+    # a class's decorator (a registration) is module-level code, not nothing: its line lies above the class line
+    registered = BASE.replace("class QuantThing:", '@try_register("torch.nn.SiLU")\nclass QuantThing:')
+    extra = registered.replace('"torch.nn.SiLU")', '"torch.nn.SiLU", "transformers.activations.GELUTanh")')
+    assert file_changes("m.py", registered, extra) == {Change("m.py", MODULE)}
     removed = BASE.replace("    @staticmethod\n    def helper(x):\n        return x * 2\n\n", "")
     assert file_changes("m.py", BASE, removed) == {Change("m.py", FUNCTION, "QuantThing.helper")}
 

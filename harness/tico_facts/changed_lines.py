@@ -263,8 +263,9 @@ def added_import_reads(
     bound: list[dict[str, tuple]] = []
     for tree, lines in zip(sides, module_lines):
         statements = [s for s in tree.body if any(_spans(s, line) for line in lines)]
-        if not all(isinstance(s, ast.ImportFrom) for s in statements):
-            return None
+        placed = all(_statement_at(tree, line) is not None for line in lines)
+        if not placed or not all(isinstance(s, ast.ImportFrom) for s in statements):
+            return None  # a line of something else (a class decorator, a constant), or of no statement found
         bound.append({(a.asname or a.name): (s.module, s.level, a.name) for s in statements for a in s.names})  # type: ignore[union-attr]
     before, after = bound
     if any(before.get(name) != after.get(name) for name in before):  # a name dropped or rebound
@@ -293,7 +294,14 @@ def added_import_reads(
 
 
 def _spans(statement: ast.stmt | ast.excepthandler, line: int) -> bool:
-    return statement.lineno <= line <= (statement.end_lineno or statement.lineno)
+    """Whether ``line`` lies in the statement, its decorators included (a decorated class or function
+    starts at its first decorator, not at its ``class`` or ``def`` line)."""
+    first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
+    return first <= line <= (statement.end_lineno or statement.lineno)
+
+
+def _statement_at(tree: ast.Module, line: int) -> ast.stmt | None:
+    return next((s for s in tree.body if _spans(s, line)), None)
 
 
 def is_code(lines: list[str], line: int) -> bool:
