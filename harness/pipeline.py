@@ -65,8 +65,7 @@ class Pipeline(StageEngine):
         # the node id's bracket: the profile, then a sweep variant's axes (harness/model/sweep.py)
         self.label = group_label(case, profile)
         super().__init__(case.name, self.label, self.settings.stage_timeout)
-        # pytest node id of this (case, profile), set by the plugin; used in printed commands.
-        # the groups key: a collected item sets it with its file (``cases/nn.py::nn_linear[tiny]``)
+        # the group's key (harness/records/node_ids.py); a collected item sets it with its file
         self.group = f"{case.name}[{self.label}]"
         # id() of every module of the quantized tree whose forward ran in a QUANT evaluation
         # (harness.tico_facts.wrapper_coverage: which registered wrappers a case exercises).
@@ -288,15 +287,13 @@ class Pipeline(StageEngine):
     def exported_program(self) -> Any:
         """torch.export of the QUANT export adapter, once per case; feeds every export check."""
 
-        name = self.export_sample_name
-
-        def export() -> Any:
-            adapter, args = self.export_adapter("quant", name), self.case.export.args(self.sample(name))
-            if self.settings.measure_traced_code:
-                export_stages.run_traced_code_eagerly(adapter, args)
-            return export_stages.export_program(adapter, args)
-
-        return self._stage("torch_export", export)
+        name, measured = self.export_sample_name, self.settings.measure_traced_code
+        return self._stage(
+            "torch_export",
+            lambda: export_stages.export_program(
+                self.export_adapter("quant", name), self.case.export.args(self.sample(name)), measured
+            ),
+        )
 
     @property
     def export_record(self) -> Any:

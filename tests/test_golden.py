@@ -331,6 +331,26 @@ def test_export_adapter_that_stops_running_fails_the_golden(golden_copy):
     assert "golden tensor set changed: gone ['export_output.default']" in problems_text(result)
 
 
+def test_a_golden_holding_qparams_of_an_observer_the_tico_lacks_names_it_as_stale(golden_copy):
+    """tico main dropped obs_past_key/value from its attentions: a golden recorded on 0.3.0 holds their qparams.
+    The check names such observers apart from the outputs (marked stale: on a tico other than the recorded
+    one the item sets the line aside, harness/run/items.py), and still compares every tensor both hold."""
+
+    def drop_output_qparams(tensors):
+        for key in [k for k in tensors if k.startswith("qparams.") and "obs_act_out" in k]:
+            del tensors[key]
+
+    edit_golden(golden_copy, "gemma4_vision_encoder", "tiny", drop_output_qparams)
+    manifest_path = golden.paths(golden_copy, "gemma4_vision_encoder", "tiny")[1]
+    manifest = json.loads(manifest_path.read_text())
+    manifest["tensors"] = {k: v for k, v in manifest["tensors"].items() if not ("qparams." in k and "obs_act_out" in k)}
+    manifest_path.write_text(json.dumps(manifest))
+    result = GOLDEN.run(_pipeline(golden_copy))
+    (line,) = result.problems
+    assert line.startswith("golden qparams of observers this tico does not have [], or new in it ['qparams.")
+    assert line.endswith("(stale golden qparams)") and "golden tensor set changed" not in line
+
+
 def test_upstream_stage_failure_is_not_hidden_as_an_unpinned_export(tmp_path, monkeypatch):
     """Only the export adapter's own stages are left out: a calibration crash still fails the golden."""
     import dataclasses

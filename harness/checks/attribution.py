@@ -76,6 +76,12 @@ def run(pipeline) -> CheckResult:
         result.fail("no fake-quant site found in the wrapper tree")
     if not any(s.evaluated for s in att.sites):
         result.fail("no site was evaluated (none is enabled and applied on the default sample)")
+    if att.submodules_refused:
+        result.notes.append(
+            f"no per-submodule error table: tico runs no float forward of the tree ({att.submodules_refused})"
+        )
+    for site in (s for s in att.sites if s.not_switchable):
+        result.notes.append(f"site {site.path} not evaluated: tico runs no forward without it ({site.not_switchable})")
     top = max(gated, key=lambda s: s.gain_db, default=None)
     resolved = [s for s in att.sites if s.resolved_levels is not None]
     coarsest = min(resolved, key=lambda s: s.resolved_levels, default=None)

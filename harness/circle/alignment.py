@@ -110,6 +110,12 @@ def aligned_to_circle(
         for record in redundant
         if record.get("observer") and record["observer"] not in kept and record["observer"] not in wanted
     }
+    runtime = {record["observer"] for record in applied if record.get("observer")}
+    for path in sorted((set(wanted) | dropped | runtime) - {""}):
+        try:
+            root.get_submodule(path)
+        except AttributeError:  # a constant torch.export lifted from outside the module tree
+            why.append(f"observer {path} is held outside the module tree (lifted as a constant): not adjustable")
     if why:
         return None, why
     twin = copy.deepcopy(root)

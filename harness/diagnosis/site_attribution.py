@@ -36,7 +36,8 @@ from typing import Any
 import torch
 
 from harness import compat
-from harness.diagnosis.submodule_error import SubmoduleError, submodule_errors
+from harness.diagnosis.float_policy import identity_observers, refuses_disabled_fake_quant
+from harness.diagnosis.submodule_error import FloatRunRefused, SubmoduleError, submodule_errors
 from harness.primitives.metrics import as_float, peir, select_valid, sqnr_db
 
 # A gap between sorted input values wider than this fraction of the input's range splits it in two.
@@ -76,6 +77,8 @@ class Site:
     peir_off: float | None = None
     gain_db: float | None = None
     peir_gain: float | None = None  # PEIR as is minus PEIR with the site off
+    # why the site cannot be switched off alone (tico refuses every way to run without it): not evaluated
+    not_switchable: str | None = None
 
 
 @dataclass
@@ -94,6 +97,8 @@ class Attribution:
     not_walked: list[str] = field(default_factory=list)
     # isolated vs propagated error of every wrapped submodule (harness/diagnosis/submodule_error.py)
     submodules: list[SubmoduleError] = field(default_factory=list)
+    # why the table could not be made: tico runs the tree in float in no way the harness has
+    submodules_refused: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -230,6 +235,28 @@ def _gain(off: float, base: float) -> float:
     return off - base
 
 
+def output_with_site_off(root: torch.nn.Module, path: str, obs, output):
+    """``output()`` with one site's fake-quant off (``set_fake_quant_enabled``), or, where tico asks for an
+    IdentityObserver float policy instead (harness/diagnosis/float_policy.py), with one in its place."""
+    obs.set_fake_quant_enabled(False)
+    try:
+        return output()
+    except ValueError as exc:
+        if not refuses_disabled_fake_quant(exc):
+            raise
+    finally:
+        obs.set_fake_quant_enabled(True)
+    try:
+        with identity_observers(root, [path]):
+            return output()
+    except ValueError as exc:  # tico supports no such combination (a float site between affine ones)
+        raise NotSwitchable(str(exc).strip().splitlines()[0]) from None
+
+
+class NotSwitchable(Exception):
+    """tico refuses both a disabled fake-quant and an IdentityObserver at the site: it runs with it only."""
+
+
 def attribute(
     pipeline,
     *,
@@ -290,13 +317,13 @@ def attribute(
     forwards = 2
     timed = 0.0
     for i in chosen:
-        obs = observers[i][1]
+        path, obs = observers[i]
         t0 = time.perf_counter()
-        obs.set_fake_quant_enabled(False)
         try:
-            off = output()
-        finally:
-            obs.set_fake_quant_enabled(True)
+            off = output_with_site_off(twin, path, obs, output)
+        except NotSwitchable as why:
+            sites[i].not_switchable = str(why)
+            continue
         timed += time.perf_counter() - t0
         forwards += 1
         site = sites[i]
@@ -312,13 +339,17 @@ def attribute(
         return (1, s.local_sqnr_db if s.local_sqnr_db is not None else math.inf, s.path)
 
     sites.sort(key=rank)
-    submodules = submodule_errors(quantized, sample) if with_submodules else []
+    submodules, submodules_refused = [], None
+    try:
+        submodules = submodule_errors(quantized, sample) if with_submodules else []
+    except FloatRunRefused as why:
+        submodules_refused = str(why)
     return Attribution(
         sample=sample_name,
         sqnr_db=base_sqnr,
         peir=base_peir,
         sites=sites,
-        evaluated=len(chosen),
+        evaluated=sum(1 for s in sites if s.evaluated),
         capped=len(candidates) > len(chosen),
         max_sites=max_sites,
         forwards=forwards,
@@ -327,6 +358,7 @@ def attribute(
         not_in_tico_sites=not_in_tico,
         not_walked=not_walked,
         submodules=submodules,
+        submodules_refused=submodules_refused,
     )
 
 

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from harness import compat
+from harness.diagnosis.float_policy import identity_observers, refuses_disabled_fake_quant
 from harness.primitives.metrics import as_float
 
 # Errors of a wrapper and of what is upstream of it can partly cancel, but a wrapper whose call
@@ -128,6 +129,10 @@ def _record(wrappers, keep_inputs: bool):
     return calls, order, handles
 
 
+class FloatRunRefused(Exception):
+    """tico runs the tree in float neither with its fake-quants disabled nor with IdentityObservers."""
+
+
 def submodule_errors(quantized: torch.nn.Module, sample: Any) -> list[SubmoduleError]:
     """The table for ``quantized`` (never touched: a private copy runs) on ``sample``."""
     from tico.quantization.wrapq.observers.base import ObserverBase
@@ -152,6 +157,15 @@ def submodule_errors(quantized: torch.nn.Module, sample: Any) -> list[SubmoduleE
         obs.set_fake_quant_enabled(False)
     try:
         floats, order = run(keep_inputs=True)
+    except ValueError as exc:  # every observer an IdentityObserver: the all-float path tico accepts
+        if not refuses_disabled_fake_quant(exc):
+            raise
+        paths = [path for path, m in twin.named_modules() if isinstance(m, ObserverBase)]
+        try:
+            with identity_observers(twin, paths):
+                floats, order = run(keep_inputs=True)
+        except ValueError as refused:  # an observer outside the tree (a bound cache producer) stays affine
+            raise FloatRunRefused(str(refused).strip().splitlines()[0]) from None
     finally:
         for obs in observers:
             obs.set_fake_quant_enabled(enabled[id(obs)])

@@ -16,6 +16,7 @@ from harness.export.circle_cache import CacheEntry, CircleCache, cache_key
 from harness.export.circle_conversion import convert_with_audit
 from harness.export.entry_store import Uncacheable
 from harness.export.failure_replay import RecordedFailure, keep, record
+from harness.model.case_parts import PreparedExport
 from harness.primitives.stage_engine import ReplayedFailure
 
 
@@ -32,8 +33,15 @@ class CircleArtifact:
     notes: list[str] = field(default_factory=list)
 
 
-def export_program(adapter: torch.nn.Module, args: tuple) -> Any:
-    """torch.export exactly as tico.convert does it (strict tracing, no dynamic shapes)."""
+def export_program(adapter: torch.nn.Module, args: tuple, measure_traced_code: bool = False) -> Any:
+    """torch.export exactly as tico.convert does it (strict tracing, no dynamic shapes); an adapter tico wants
+    prepared (``PreparedExport``) is traced inside its preparation, as tico's export recipes do.
+    ``measure_traced_code``: a --tico-coverage run, which runs the adapter as Python first."""
+    if measure_traced_code:
+        run_traced_code_eagerly(adapter, args)
+    if isinstance(adapter, PreparedExport):
+        with adapter.prepare(adapter.inner):
+            return export_program(adapter.inner, args)
     with torch.no_grad():
         return torch.export.export(adapter, args, strict=True)
 

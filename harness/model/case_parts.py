@@ -75,6 +75,26 @@ class ExportCapability:
     quant_only: str | None = None
 
 
+class PreparedExport(torch.nn.Module):
+    """An export adapter that tico's API calls only inside a preparation it gives (tico main's
+    ``prepared_static_export(model, max_seq_len)`` installs a whole model's static inputs for the
+    duration): every eager call enters ``prepare(inner)``, and torch.export traces ``inner`` inside it
+    (harness/export/stages.export_program), so the exported program is the inner adapter's."""
+
+    def __init__(self, inner: torch.nn.Module, prepare: Callable[[torch.nn.Module], Any]):
+        super().__init__()
+        self.inner = inner
+        self.prepare = prepare
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self.prepare(self.inner):
+            return self.inner(*args, **kwargs)
+
+    def get_submodule(self, target: str) -> torch.nn.Module:
+        """A path as the exported program names it: the inner adapter's (its observers, its wrappers)."""
+        return self.inner.get_submodule(target) if target else self
+
+
 def whole_module_export(
     args: Callable[[Sample], tuple] = lambda sample: sample.args, **kwargs: Any
 ) -> ExportCapability:

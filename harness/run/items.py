@@ -230,10 +230,11 @@ class CheckItem(pytest.Item):
 
     def _set_aside_stale_allowlists(self, result: CheckResult) -> None:
         """On a tico other than the recorded one, an allow-list entry naming what that tico no longer
-        has (a renamed observer, a fed one) is reported as stale there, not as a failure."""
+        has (a renamed observer, a fed one), or a golden's qparams of an observer it dropped or added, is
+        reported as stale there, not as a failure."""
         if state_of(self.config).findings_strict:
             return
-        stale = [p for p in result.problems if p.endswith("(stale allowlist)")]
+        stale = [p for p in result.problems if p.endswith(("(stale allowlist)", "(stale golden qparams)"))]
         if stale:
             result.problems[:] = [p for p in result.problems if p not in stale]
             result.notes += [f"stale on this tico: {line}" for line in stale]
