@@ -21,6 +21,7 @@ The leading underscore keeps the plugin from collecting this module as a case fi
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -74,11 +75,14 @@ def boundary_observer(root: torch.nn.Module) -> Any | None:
     return None if boundary is None else boundary.observer
 
 
-def prepare_with_boundary(module: torch.nn.Module, cfg: Any) -> torch.nn.Module:
-    """tico's public ``prepare``, then the PLE producer observer where the layer has PLE on."""
-    from tico.quantization import prepare
+def prepare_with_boundary(module: torch.nn.Module, cfg: Any, prepare: Any = None) -> torch.nn.Module:
+    """tico's public ``prepare`` (or ``prepare(module, cfg)`` given), then the PLE producer observer where the
+    layer has PLE on."""
+    if prepare is None:
+        from tico.quantization import prepare as tico_prepare
 
-    prepared = prepare(module, cfg, inplace=True)
+        prepare = functools.partial(tico_prepare, inplace=True)
+    prepared = prepare(module, cfg)
     if ple_width(prepared) > 0:
         observer = unwrap(prepared)._make_obs("per_layer_inputs")
         observer.reset()

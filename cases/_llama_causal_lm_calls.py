@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from cases._tico_api import prepared_for_export
 from harness import Built, CallProbe, unwrap
 
 
@@ -117,7 +118,7 @@ def causal_lm_probes(built: Built) -> list[CallProbe]:
         CallProbe("beam reordering of a DynamicCache", reorder_cache_object, reference=hf_reorder, pick=values),
         CallProbe(
             "the prefill export module with return_kv=True (logits and each layer's V)",
-            lambda m: unwrap(m).as_export_module("prefill", return_kv=True)(ids),
+            lambda m: prepared_for_export(unwrap(m).as_export_module("prefill", return_kv=True), ids.shape[-1])(ids),
             reference=lambda hf: (hf(input_ids=ids).logits, hf_past(hf)),
             pick=lambda out: [out[0], *values(tuple(out[1]))],
         ),

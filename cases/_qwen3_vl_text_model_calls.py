@@ -14,6 +14,7 @@ import copy
 
 import torch
 
+from cases._tico_api import HOST_STATIC_INPUTS, static_inputs_prepared
 from harness import Built, CallProbe
 
 PADDED = 3  # right padding of the second prompt
@@ -113,14 +114,24 @@ def text_model_probes(built: Built, *, seq: int) -> list[CallProbe]:
 
 def _vision_layout_refusals(built: Built) -> list[CallProbe]:
     """The static multimodal layout ``model_args.vision`` gives the text model's RoPE templates, each
-    inconsistent form refused when tico's ``prepare`` builds the wrapper."""
-    from tico.quantization import prepare
+    inconsistent form refused: when tico's ``prepare`` builds the wrapper (0.3.0), or when the static export
+    inputs are prepared from it, the only place tico main reads the layout (api_change
+    qwen3-vl-vision-layout-read-at-static-export)."""
+    from tico.quantization import convert, prepare
     from tico.quantization.config.ptq import PTQConfig
 
     layout = {"grid_thw": (1, 8, 8), "visual_start_idx": 1, "spatial_merge_size": 2}
+    seq = built.inputs.evaluation["default"].kwargs["input_ids"].shape[-1]
 
     def prepared(**vision):
-        return lambda _m: prepare(copy.deepcopy(built.module), PTQConfig(model_args={"vision": {**layout, **vision}}))
+        def call(_m):
+            wrapped = prepare(copy.deepcopy(built.module), PTQConfig(model_args={"vision": {**layout, **vision}}))
+            if not HOST_STATIC_INPUTS:
+                return wrapped
+            with static_inputs_prepared(convert(wrapped), seq):  # static export runs on the converted model
+                return wrapped
+
+        return call
 
     refused = [
         ("vision.grid_thw as a list", prepared(grid_thw=[1, 8, 8]), "ValueError: vision.grid_thw must be a tuple"),

@@ -23,6 +23,7 @@ import functools
 
 import torch
 
+from cases import _gemma4_kv_producer as kv
 from cases import _gemma4_ple as ple
 from cases import _static_runtime as static
 from cases._gemma4_common import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
@@ -486,7 +487,13 @@ DECODER_LAYERS = [
         mask=_LAYER_MASKS,
         expected_failures={"qparam_consistency": replaced_qparams()},
         deployment_shapes={"prefill_seq_len": _seq(STATIC)},
-        **_LAYER,
+        # the consumer calibrates on its producer's storage grid (tico main binds one), PLE as every layer
+        **{
+            **_LAYER,
+            "wrap": kv.wrap_bound,
+            "prepare": functools.partial(ple.prepare_with_boundary, prepare=kv.prepare_bound),
+            "convert": lambda prepared: ple.convert_with_boundary(kv.freeze_producer(prepared)),
+        },
     ),
 ]
 

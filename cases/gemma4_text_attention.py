@@ -25,6 +25,7 @@ import functools
 
 import torch
 
+from cases import _gemma4_kv_producer as kv
 from cases import _static_runtime as static
 from cases._gemma4_common import GEMMA4_MIN_VERSIONS, GEMMA4_REQUIRES
 from cases._gemma4_text_attention_calls import text_attention_probes
@@ -288,6 +289,8 @@ def _case(
         },
         unused_observers=attention_unused(shared_kv=bool(shared_layers)),
         deployment_shapes={shape: _seq(STATIC)} if STATIC in common["profiles"] else {},
+        # a shared-KV consumer calibrates on its producer's storage grid (tico main binds one)
+        **(dict(wrap=kv.wrap_bound, prepare=kv.prepare_bound, convert=kv.convert_bound) if shared_layers else {}),
         **common,
     )
 

@@ -15,6 +15,7 @@ import torch
 
 from cases import _static_runtime as static
 from cases._shared_diagnoses import MASK_TEMPLATE_PER_LAYER, PRESENT_V_PER_HEAD, replaced_qparams
+from cases._tico_api import HOST_STATIC_INPUTS, static_inputs_prepared
 from harness import (
     Built,
     Case,
@@ -226,10 +227,15 @@ def _layer_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, built: B
     window = config.max_position_embeddings  # MAX_SEQ on the tiny profile
     layer = unwrap(wrapped)
     hidden = built.inputs.evaluation["export"].args[0]
-    used = first_call_kwarg(wrapped, layer.self_attn, lambda m: m(hidden), "position_embeddings")
     reference_tables = hf_rope(config, 1, window)
+    used = first_call_kwarg(wrapped, layer.self_attn, lambda m: m(hidden), "position_embeddings")
+    if HOST_STATIC_INPUTS:  # tico main keeps no template: the tables its export preparation installs
+        with static_inputs_prepared(layer, window):
+            template = tuple(first_call_kwarg(wrapped, layer.self_attn, lambda m: m(hidden), "position_embeddings"))
+    else:
+        template = (layer.rope_cos_template, layer.rope_sin_template)
     return [
-        RotaryTables("template", (layer.rope_cos_template, layer.rope_sin_template), reference_tables),
+        RotaryTables("template", template, reference_tables),
         RotaryTables("fed_to_attention", tuple(used), reference_tables),
     ]
 
@@ -251,6 +257,12 @@ def _layer_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
         MaskProbe("causal_template", own.reshape(1, window, window), valid, fill, allowed=causal),
         MaskProbe("causal_with_padding", padded.reshape(1, window, window), valid, fill, allowed=causal & keep),
     ]
+
+
+def _prefill_export_args(sample: Sample) -> tuple:
+    """tico 0.3.0's prefill adapter builds its causal mask from its own template; tico main's takes the host's
+    (api_change static-decoder-explicit-mask): the export sample's mask then goes in as the third input."""
+    return (*sample.args, sample.kwargs["attention_mask"]) if HOST_STATIC_INPUTS else sample.args
 
 
 _PREFILL_CACHE = "prefill feeds no past key/value: the cache observers are used by the decode path only"
@@ -433,7 +445,7 @@ CASES = [
         # input is not a contradiction: no contradicting_args probe.
         export=ExportCapability(
             adapter=lambda root, sample, built: unwrap(root).as_export_module("prefill"),
-            args=lambda s: s.args,
+            args=_prefill_export_args,
             samples=("export",),
             unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),
         ),

@@ -25,6 +25,7 @@ from cases import llama
 from cases._llama_causal_lm_calls import causal_lm_probes
 from cases._llama_model_calls import model_probes
 from cases._shared_diagnoses import replaced_qparams
+from cases._tico_api import HOST_STATIC_INPUTS, prepared_for_export, static_inputs_prepared
 from harness import (
     Built,
     CallContractCapability,
@@ -233,14 +234,15 @@ def model_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, built: Bu
     config = built.facts["config"]
     model = llama_model_of(wrapped)
     ids = built.inputs.evaluation["export"].kwargs["input_ids"]
-    used = first_call_kwarg(
-        wrapped, model.layers[0], lambda m: m(input_ids=ids, use_cache=False), "position_embeddings"
-    )
+    call = lambda m: m(input_ids=ids, use_cache=False)  # noqa: E731
+    used = first_call_kwarg(wrapped, model.layers[0], call, "position_embeddings")
     expected = llama.pre_negate_sin(llama.hf_rope(config, 1, WINDOW))
-    return [
-        RotaryTables("template", (model.rope_cos_template, model.rope_sin_template), expected),
-        RotaryTables("fed_to_layer0", tuple(used), expected),
-    ]
+    if HOST_STATIC_INPUTS:  # tico main keeps no template: the tables prepared_static_export installs for export
+        with static_inputs_prepared(model, WINDOW):
+            template = tuple(first_call_kwarg(wrapped, model.layers[0], call, "position_embeddings"))
+    else:
+        template = (model.rope_cos_template, model.rope_sin_template)
+    return [RotaryTables("template", template, expected), RotaryTables("fed_to_layer0", tuple(used), expected)]
 
 
 def model_masks(root: torch.nn.Module, built: Built) -> list[MaskProbe]:
@@ -300,7 +302,9 @@ EXPORT_CHECKS = (
 )
 
 causal_lm_export = ExportCapability(
-    adapter=lambda root, sample, built: unwrap(root).as_export_module("prefill", return_kv=False),
+    adapter=lambda root, sample, built: prepared_for_export(
+        unwrap(root).as_export_module("prefill", return_kv=False), sample.kwargs["input_ids"].shape[-1]
+    ),
     args=lambda s: (s.kwargs["input_ids"],),
     samples=("export",),
     unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),

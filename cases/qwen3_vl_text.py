@@ -29,6 +29,7 @@ from cases._shared_diagnoses import (
     replaced_qparams,
     vision_and_mask_copies,
 )
+from cases._tico_api import HOST_STATIC_INPUTS, prepared_for_export, static_inputs_prepared
 from harness import (
     Built,
     CallContractCapability,
@@ -383,11 +384,19 @@ def _text_model_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, bui
     eager = first_call_kwarg(wrapped, model.layers[0], sample.call, "position_embeddings")
     model.force_export = True
     try:
-        exported = first_call_kwarg(wrapped, model.layers[0], sample.call, "position_embeddings")
+        # tico main's export path reads the tables prepared_static_export installs (0.3.0's, its templates)
+        with static_inputs_prepared(model, SEQ):
+            exported = first_call_kwarg(wrapped, model.layers[0], sample.call, "position_embeddings")
+        if HOST_STATIC_INPUTS:
+            whole = Sample(kwargs={"input_ids": torch.zeros(1, cfg.max_position_embeddings, dtype=torch.long)})
+            with static_inputs_prepared(model, cfg.max_position_embeddings):
+                template = tuple(first_call_kwarg(wrapped, model.layers[0], whole.call, "position_embeddings"))
+        else:
+            template = (model.cos_template, model.sin_template)
     finally:
         model.force_export = False
     return [
-        RotaryTables("template", (model.cos_template, model.sin_template), hf_text_rope(cfg, window)),
+        RotaryTables("template", template, hf_text_rope(cfg, window)),
         RotaryTables("fed_to_layer0:eager", tuple(eager), reference_eager),
         RotaryTables("fed_to_layer0:export", tuple(exported), reference_eager),
     ]
@@ -797,7 +806,7 @@ CASES = [
         expected_wrapper="QuantQwen3VLTextModel",
         # the masked variants export the mask as an input too
         export=ExportCapability(
-            adapter=lambda root, sample, built: root,
+            adapter=lambda root, sample, built: prepared_for_export(root, sample.kwargs["input_ids"].shape[-1]),
             args=lambda s: (
                 (s.kwargs["input_ids"],) + ((s.kwargs["attention_mask"],) if "attention_mask" in s.kwargs else ())
             ),
