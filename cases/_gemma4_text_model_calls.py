@@ -124,7 +124,12 @@ def text_model_probes(built: Built, *, seq: int, sliding_window: int) -> list[Ca
             input_ids=ids,
             position_ids=torch.arange(seq)[None].expand(batch + 1, -1),
         ),
-        CallProbe("a prompt past static_max_seq", too_long, refusal="ValueError: .*exceeds static_max_seq"),
+        # tico main words its own refusal after the model's capacity, not the static window
+        CallProbe(
+            "a prompt past static_max_seq",
+            too_long,
+            refusal="ValueError: .*(exceeds static_max_seq|eager context exceeds max_position_embeddings)",
+        ),
         refused(
             "2-D mask of another batch", "ValueError: 2D attention-mask batch", input_ids=ids, attention_mask=keep[:1]
         ),

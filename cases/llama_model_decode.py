@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from cases import llama, llama_model
+from cases._tico_api import prepared_for_export
 from harness import Built, Case, CaseInputs, ExportCapability, Sample, expect, unwrap
 
 WINDOW = llama_model.WINDOW
@@ -100,8 +101,13 @@ def hf_call(reference: torch.nn.Module, sample: Sample):
     return sample.call(reference)
 
 
+def _window(sample: Sample) -> int:
+    """The static window a decode step exports at: its past and the new token."""
+    return sample.kwargs["past_key_values"][0][0].shape[-2] + sample.kwargs["input_ids"].shape[-1]
+
+
 decode_export = ExportCapability(
-    adapter=lambda root, sample, built: unwrap(root).as_export_module("decode"),
+    adapter=lambda root, sample, built: prepared_for_export(unwrap(root).as_export_module("decode"), _window(sample)),
     args=lambda s: (s.kwargs["input_ids"], s.kwargs["past_key_values"]),
     samples=("export",),
     unsupported_mode=lambda root, sample, built: unwrap(root).as_export_module("no_such_mode"),

@@ -585,8 +585,18 @@ def _mm_rotary(wrapped: torch.nn.Module, reference: torch.nn.Module, built: Buil
     fed = first_call_kwarg(wrapped, text.layers[0], own_positions.call, "position_embeddings")
     vision = unwrap(model.visual)
     fed_vision = first_call_kwarg(wrapped, vision.blocks[0], own_positions.call, "position_embeddings")
+    if HOST_STATIC_INPUTS:  # tico main: the tables the text model's export preparation installs, over the window
+        whole = Sample(kwargs={"input_ids": torch.zeros(1, window, dtype=torch.long)})
+        text.force_export = True
+        try:
+            with static_inputs_prepared(text, window):
+                template = tuple(first_call_kwarg(text, text.layers[0], whole.call, "position_embeddings"))
+        finally:
+            text.force_export = False
+    else:
+        template = (text.cos_template, text.sin_template)
     return [
-        RotaryTables("text_template", (text.cos_template, text.sin_template), template_ref),
+        RotaryTables("text_template", template, template_ref),
         RotaryTables("text_fed_to_layer0", tuple(fed), sample_ref),
         RotaryTables(
             "vision_fed_to_block0",
