@@ -370,6 +370,8 @@ CASES = [
             "no_side_effects": TEMPLATE_COPIES,
             "export_contract": CAUSAL_LM_CALIB_ADAPTER,
             "qparam_consistency": replaced_qparams(embedding=True, llama_residual=True),
+            # tico main only (the finding's since): the residual stream is float between layers
+            "qparam_audit": expect("llama-decoder-float-residual-stream"),
         },
     ),
 ]
