@@ -27,7 +27,7 @@ from harness.run.items import CAPABILITY_MARKERS, CheckItem, register_marker
 from harness.run.options import arg_paths, pytest_addoption, refuse_lost_project_config  # noqa: F401 - pytest hook
 from harness.run.run_sink import RunSink, note_group_done
 from harness.run.scheduling import assign_shards, longest_first
-from harness.run.select_changed import DEFAULT_MAP, SelectChangedRun
+from harness.run.select_changed import SelectChangedRun
 from harness.run.session import STATE, SessionState, state_of
 
 
@@ -92,8 +92,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(TicoCoverageRun(state), "wrapq-tico-coverage")
     base = config.getoption("wrapq_select_changed")
     if base is not None:
-        item_map_path = Path(config.getoption("wrapq_item_map") or config.rootpath / DEFAULT_MAP)
-        config.pluginmanager.register(SelectChangedRun(state, base, item_map_path), "wrapq-select-changed")
+        given = config.getoption("wrapq_item_map")
+        config.pluginmanager.register(
+            SelectChangedRun(state, base, Path(given) if given else None), "wrapq-select-changed"
+        )
     elif config.getoption("wrapq_item_map"):
         raise pytest.UsageError("--item-map is the map --select-changed BASE reads; give --select-changed too")
     config.pluginmanager.register(RunSink(state), "wrapq-run-sink")

@@ -233,3 +233,28 @@ def test_a_change_in_a_branch_few_items_take_selects_them_and_every_item_it_turn
     red = {r["nodeid"] for r in results["results"] if r["outcome"] in ("failed", "error")}
     assert code == 1 and red, output[-3000:]
     assert red <= by_lines.units, sorted(red - by_lines.units)
+
+
+def test_without_a_map_given_the_committed_map_nearest_base_is_read_and_the_others_named(tmp_path):
+    """The pinned tico's map and tico main's (the nightly's) side by side: a BASE that is tico main reads main's
+    map, the pinned tico reads the pinned map (also on a tie), and the selection names the map it passed over."""
+    from harness.run.select_changed import DEFAULT_MAP, describe, nearest_map
+    from harness.tico_facts import item_map
+
+    pinned = installed_tico()
+    main = copy_tico(tmp_path, "main") / "tico"
+    edit(main.parent, "quantization/wrapq/utils/introspection.py", "import torch\n", "import torch  # main\n")
+    built = {"functions": ["a.py::f"], "groups": {"x[tiny]": [0]}, "outside_items": [], "first_only": []}
+    root = tmp_path / "project"
+    (root / DEFAULT_MAP).parent.mkdir(parents=True)
+    item_map.write(built, root / DEFAULT_MAP, {"version": "0.3.0", "files": item_map.source_files(pinned)})
+    main_map = root / DEFAULT_MAP.replace("pinned-tico", "tico-0.4.0.dev1")
+    item_map.write(built, main_map, {"version": "0.4.0.dev1", "files": item_map.source_files(main)})
+    chosen, _, others = nearest_map(None, root, main)
+    assert chosen == main_map and [o["files_differing_from_base"] for o in others] == [1]
+    assert nearest_map(None, root, pinned)[0] == root / DEFAULT_MAP
+    record = {"base": "main", "changes": [], "selected_items": 0, "collected_items": 0, "everything": False,
+              "reasons": [], "unmapped_items": 0, "smoke_group": None, "notes": []}  # fmt: skip
+    record["map"] = {"path": "m", "tico_version": "0.4.0.dev1", "files_differing_from_base": 0, "others": others}
+    passed_over = "  not chosen: map golden/item-map/pinned-tico.json.gz (tico 0.3.0), 1 Python file(s) from BASE"
+    assert passed_over in describe(record)

@@ -13,6 +13,7 @@ and the selected node ids to ``selected-items.txt``, which runs the same items o
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,10 @@ _SHOWN_REASONS = 25
 
 
 class SelectChangedRun:
-    def __init__(self, state: SessionState, base_spec: str, map_path: Path):
+    def __init__(self, state: SessionState, base_spec: str, map_path: Path | None):
+        """``map_path`` None: the committed map nearest BASE (``nearest_map``)."""
         self.state = state
         self.base_spec = base_spec
-        self.map_path = map_path
         self.record_path = state.report_dir / SELECTION_FILE
         head = tico_identity.package_dir()
         if head is None:
@@ -48,7 +49,7 @@ class SelectChangedRun:
         except tico_sources.BaseSourceError as exc:
             raise pytest.UsageError(f"--select-changed {base_spec}: {exc}") from None
         try:
-            self.item_map = item_map.load(map_path)
+            self.map_path, self.item_map, self.other_maps = nearest_map(map_path, state.config.rootpath, base)
         except FileNotFoundError as exc:
             raise pytest.UsageError(f"--select-changed: {exc} (make one: docs/select-changed.md)") from None
         self.base, self.head = base, head
@@ -70,18 +71,8 @@ class SelectChangedRun:
                 stale.unlink(missing_ok=True)
 
     def _map_record(self) -> dict[str, Any]:
-        measured = self.item_map.get("tico") or {}
-        try:
-            path = self.map_path.resolve().relative_to(self.state.config.rootpath).as_posix()
-        except ValueError:
-            path = str(self.map_path)
-        differing = item_map.files_differing(self.item_map, self.base)
-        return {
-            "path": path,
-            "tico_version": measured.get("version"),
-            "tico_source_sha256": measured.get("source_sha256"),
-            "files_differing_from_base": differing,
-        }
+        rootpath = self.state.config.rootpath
+        return {**describe_map(self.map_path, self.item_map, self.base, rootpath), "others": self.other_maps}
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
@@ -149,6 +140,40 @@ class SelectChangedRun:
             terminalreporter.write_line(line) if line else terminalreporter.section("wrapq select-changed")
 
 
+def describe_map(path: Path, loaded: dict[str, Any], base: Path, rootpath: Path) -> dict[str, Any]:
+    """Which tico a map measured, and how many of its Python files differ from BASE's (None: unknown)."""
+    measured = loaded.get("tico") or {}
+    try:
+        shown = path.resolve().relative_to(rootpath).as_posix()
+    except ValueError:
+        shown = str(path)
+    return {
+        "path": shown,
+        "tico_version": measured.get("version"),
+        "tico_source_sha256": measured.get("source_sha256"),
+        "files_differing_from_base": item_map.files_differing(loaded, base),
+    }
+
+
+def nearest_map(given: Path | None, rootpath: Path, base: Path) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
+    """The map to select from and the other committed maps, described: the map given, else of the committed
+    maps (``golden/item-map/*.json.gz``: the pinned tico's, and tico main's the nightly writes) the one whose
+    tico differs from BASE in the fewest Python files, the pinned one on a tie."""
+    if given is not None:
+        return given, item_map.load(given), []
+    default = rootpath / DEFAULT_MAP
+    paths = sorted({default, *default.parent.glob("*.json.gz")})
+    loaded = {path: item_map.load(path) for path in paths}
+
+    def distance(path: Path) -> tuple:
+        differing = item_map.files_differing(loaded[path], base)
+        return (math.inf if differing is None else differing, path != default, path.name)
+
+    chosen = min(paths, key=distance)
+    others = [describe_map(p, loaded[p], base, rootpath) for p in paths if p != chosen]
+    return chosen, loaded[chosen], others
+
+
 def _write(path: Path, text: str) -> None:
     """Every xdist worker writes the same selection: each replaces the file whole."""
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
@@ -175,6 +200,11 @@ def describe(record: dict[str, Any]) -> list[str]:
         "",
         f"BASE {record['base']} -> the tico under review: {len(record['changes'])} change(s)",
         f"map {known['path']} (tico {known['tico_version']}); {far}",
+        *[
+            f"  not chosen: map {other['path']} (tico {other['tico_version']}), "
+            f"{other['files_differing_from_base']} Python file(s) from BASE"
+            for other in known.get("others") or []
+        ],
         f"selected {record['selected_items']} of {record['collected_items']} items",
     ]
     if record["everything"]:
