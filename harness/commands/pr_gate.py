@@ -85,8 +85,7 @@ def _tico(spec: str, option: str) -> str:
 
 def _pytest(tico: str, args: list[str], log: Path) -> int:
     """pytest through scripts/env.sh on ``tico``, its output shown and kept in ``log``."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-    env["WRAPQ_TICO"] = tico
+    env = dict(os.environ, WRAPQ_TICO=tico)
     command = [str(ROOT / "scripts" / "env.sh"), "pytest", *args]
     print(f"$ WRAPQ_TICO={tico} ./scripts/env.sh pytest {' '.join(args)}", flush=True)
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -97,8 +97,8 @@ def describe_versions(diffs: list[tuple[str, str | None, str | None]]) -> str:
 
 
 # -- comparison ---------------------------------------------------------------------------------
-def repro(nodeid: str) -> str:
-    return rerun.command(nodeid)
+def repro(nodeid: str, tico: str | None = None) -> str:
+    return rerun.command(nodeid, tico=tico)
 
 
 @dataclass
@@ -109,10 +109,11 @@ class VerdictChange:
     kind: str  # worse / better / changed
     label: str
     message: str = ""
+    tico: str | None = None  # the head's WRAPQ_TICO: the rerun runs the item on the tico that changed it
 
     @property
     def repro(self) -> str:
-        return repro(self.nodeid)
+        return repro(self.nodeid, self.tico)
 
 
 @dataclass
@@ -125,10 +126,11 @@ class MetricMove:
     better: str  # lower / higher
     kind: str  # worse / better
     unit: str = ""
+    tico: str | None = None
 
     @property
     def repro(self) -> str:
-        return repro(self.nodeid)
+        return repro(self.nodeid, self.tico)
 
     @property
     def relative(self) -> float | None:
@@ -300,6 +302,7 @@ def compare(
         items_head=len(hrec),
         items_both=len(set(brec) & set(hrec)),
     )
+    tico = ((head.get("run") or {}).get("tico") or {}).get("requested")
     for nodeid in sorted(set(brec) | set(hrec)):
         b, h = brec.get(nodeid), hrec.get(nodeid)
         change = classify(b["outcome"] if b else None, h["outcome"] if h else None)
@@ -319,7 +322,7 @@ def compare(
             )
             out.verdicts.append(
                 VerdictChange(
-                    nodeid, b["outcome"] if b else None, h["outcome"] if h else None, kind, label, message[:300]
+                    nodeid, b["outcome"] if b else None, h["outcome"] if h else None, kind, label, message[:300], tico
                 )
             )
         if not (b and h):
@@ -334,7 +337,7 @@ def compare(
                 continue
             kind = metric_move(bv, hv, declared[0], margin, abs_floor)
             if kind:
-                out.metrics.append(MetricMove(nodeid, check or "", key, bv, hv, declared[0], kind, declared[1]))
+                out.metrics.append(MetricMove(nodeid, check or "", key, bv, hv, declared[0], kind, declared[1], tico))
     out.verdicts.sort(key=lambda v: (_KIND_ORDER[v.kind], v.nodeid))
 
     def size(m: MetricMove) -> float:
