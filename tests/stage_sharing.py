@@ -33,7 +33,9 @@ _conversions: dict[tuple, tuple[bytes, Any]] = {}
 served: Counter[str] = Counter()  # "export"/"convert" + " hit"/" miss"/" unkeyed", for the tests
 
 
-def export_program(adapter: Any, args: tuple) -> Any:
+def export_program(adapter: Any, args: tuple, measure_traced_code: bool = False) -> Any:
+    if measure_traced_code:  # a measured run traces what it measures: nothing is shared
+        return _trace(adapter, args, measure_traced_code)
     try:
         key = execution_key(adapter, args)
     except Uncacheable:
