@@ -79,6 +79,24 @@ def test_a_changed_baseline_fails_and_a_declared_move_is_a_note(tmp_path):
     assert moved.passed and any("allowed: test" in note for note in moved.notes)
 
 
+def test_a_baseline_recorded_on_another_tico_release_is_reported_not_gated(tmp_path, monkeypatch):
+    """A committed record gates the release it was recorded on (a checkout or copy of it too); on another release
+    the difference is a note naming both, and --baseline (a run of that release) is what gates it."""
+    import importlib.metadata
+
+    shutil.copytree(REPO / "golden" / "structure", tmp_path / "structure")
+    file = structure_store.path(tmp_path, "nn_linear", "tiny")
+    doc = json.loads(file.read_text())
+    doc["structure"]["ops"]["QuantLinear"]["FULLY_CONNECTED"] = 2
+    file.write_text(json.dumps(doc))
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda d: "9.9.dev1" if d == "tico" else real(d))
+    other = _structure_run(tmp_path)
+    assert other.passed, problems_text(other)
+    note = next(n for n in other.notes if "FULLY_CONNECTED 2 -> 1" in n)
+    assert f"recorded on tico {doc['tico']['version']}, this run is tico 9.9.dev1: not gated here" in note
+
+
 def test_the_rewrite_writes_the_baseline_and_fail_mode_never_passes_a_new_one(tmp_path):
     written = _structure_run(tmp_path, update="fail")
     assert not written.passed and "(new)" in problems_text(written)

@@ -132,6 +132,18 @@ def test_stale_config_is_reported_as_stale_not_drift(golden_copy):
     assert "err_ratio" not in text
 
 
+def test_a_golden_recorded_on_another_tico_release_is_reported_not_gated(golden_copy, monkeypatch):
+    import importlib.metadata
+
+    _edit(golden_copy, lambda t: t["quant_output.default"].add_(0.5))
+    assert not GOLDEN.run(_pipeline(golden_copy)).passed  # the same release: gated
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda d: "9.9.dev1" if d == "tico" else real(d))
+    result = GOLDEN.run(_pipeline(golden_copy))
+    assert result.passed, problems_text(result)
+    assert any("quant_output.default" in n and "this run is tico 9.9.dev1: not gated here" in n for n in result.notes)
+
+
 def _manifest_edit(directory: Path, edit) -> None:
     _, manifest_path = golden.paths(directory, "gemma4_vision_encoder", "tiny")
     manifest = json.loads(manifest_path.read_text())

@@ -21,8 +21,9 @@ class Settings:
     may_move: str = ""
 
 
-def _base_structure(pipeline, result: CheckResult) -> tuple[dict | None, str]:
-    """The structure to compare with and what it is: the base run's record, else the committed file."""
+def _base_structure(pipeline, result: CheckResult) -> tuple[dict | None, str, str | None]:
+    """The structure to compare with, what it is, and (for the committed file) the tico version it was recorded
+    on: the base run's record, else the committed file."""
     settings = pipeline.settings
     if settings.base_results is not None:
         base = baseline.cached_load(settings.base_results)
@@ -32,7 +33,7 @@ def _base_structure(pipeline, result: CheckResult) -> tuple[dict | None, str]:
         for nodeid, record in base.records.items():
             structure = (record.get("evidence") or {}).get("structure")
             if (nodeid == own or nodeid.endswith(f"::{own}")) and isinstance(structure, dict):
-                return structure, f"the {base.label}"
+                return structure, f"the {base.label}", None
         result.notes.append("the base run recorded no structure for this item: compared with the committed baseline")
     try:
         doc = structure_store.load(
@@ -40,8 +41,9 @@ def _base_structure(pipeline, result: CheckResult) -> tuple[dict | None, str]:
         )
     except structure_store.StructureBaselineError as exc:
         result.fail(str(exc))
-        return None, ""
-    return doc["structure"], f"the committed baseline (tico {doc.get('tico', {}).get('version', '?')})"
+        return None, "", None
+    recorded = doc.get("tico", {}).get("version")
+    return doc["structure"], f"the committed baseline (tico {recorded or '?'})", recorded
 
 
 def _rewrite(pipeline, result: CheckResult, current: dict) -> None:
@@ -72,13 +74,13 @@ def run(pipeline) -> CheckResult:
     if pipeline.settings.update_golden:
         _rewrite(pipeline, result, current)
         return result
-    base, against = _base_structure(pipeline, result)
+    base, against, recorded = _base_structure(pipeline, result)
     if base is None:
         return result
     changes = differences(base, current)
     result.metrics["structure_changes"] = len(changes)
     result.evidence["compared_with"] = against
-    may_move = pipeline.check_settings(CHECK).may_move
+    may_move = pipeline.check_settings(CHECK).may_move or (recorded and baseline.other_release(recorded))
     for change in changes:
         if may_move:
             result.notes.append(f"structure moved (allowed: {may_move}): {change}")

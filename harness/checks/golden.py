@@ -116,6 +116,12 @@ def run(pipeline) -> CheckResult:
             "worst_score": max((e.get("score", 0.0) for e in evidence.values()), default=0.0),
         }
     )
+    committed = source_dir == settings.golden_dir  # not the base run's tensors
+    recorded = (manifest.get("tico") or {}).get("version") or (manifest.get("versions") or {}).get("tico")
+    elsewhere = baseline.other_release(recorded) if committed else None
+    if elsewhere and result.problems:
+        result.notes += [f"{problem} -- {elsewhere}" for problem in result.problems]
+        result.problems.clear()
     return result
 
 

@@ -12,6 +12,7 @@ left by an earlier run in the same directory never answer for this one.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import re
 from dataclasses import dataclass
@@ -70,6 +71,22 @@ def load(spec: str | Path) -> BaseRun:
     # a run recorded before today's node ids reads as its items (harness/records/node_ids.py)
     records = {node_ids.current(r["nodeid"]): r for r in doc["results"] if isinstance(r, dict) and r.get("nodeid")}
     return BaseRun(path.resolve(), run.get("run_id"), run.get("tico") or {}, records)
+
+
+def other_release(recorded: str | None) -> str | None:
+    """Why a committed baseline (a golden, a structure record) does not gate this run: it was recorded on
+    another tico release than the one under test, whose own base is a run of it (``--baseline``: the pull
+    request's base, the nightly's last run). A checkout or a copy of the same release is gated. None: it gates."""
+    try:
+        running = importlib.metadata.version("tico")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if recorded and recorded != running:
+        return (
+            f"recorded on tico {recorded}, this run is tico {running}: not gated here "
+            f"(--baseline=<a run of tico {running}> gates it)"
+        )
+    return None
 
 
 @functools.lru_cache(maxsize=2)
