@@ -491,6 +491,7 @@ def test_a_tico_coverage_run_tracks_its_percentages_and_a_drop_is_a_regression(t
         doc["run"]["tico_coverage"] = {
             "scope_totals": {"percent_lines": 66.0, "percent_branches": branches},
             "reach": {"total": {"percent_reachable": branches + 10}},
+            "areas": {"wrappers": {"percent_branches": branches}, "passes": {"percent_branches": 70.0 - day}},
         }
         history.append_run(db, doc)
     history.append_run(db, _doc(day=6))  # a run without --tico-coverage adds no point
@@ -512,6 +513,15 @@ def test_a_tico_coverage_run_tracks_its_percentages_and_a_drop_is_a_regression(t
     finally:
         con.close()
     assert [p[0] for p in reachable] == [52.0, 52.0, 52.1, 52.0, 40.0]  # the reachable figure, beside it
+    con = sqlite3.connect(db)
+    try:
+        areas = con.execute(  # each converter area is a series of its own; the wrappers' is the scope's
+            "SELECT metric, value FROM metrics WHERE case_name = 'tico' AND metric LIKE '%passes%' ORDER BY run_id"
+        ).fetchall()
+        wrappers_area = con.execute("SELECT COUNT(*) FROM metrics WHERE metric LIKE 'wrappers_branches%'").fetchone()
+    finally:
+        con.close()
+    assert areas == [("passes_branches_percent", 70.0 - day) for day in range(1, 6)] and wrappers_area == (5,)
     summary = dashboard.dashboard(db, tmp_path / "d.html")
     assert any(
         e["case"] == "tico" and e["metric"] == "wrappers_branches_percent" for e in summary["regression_entries"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.tico_facts import branch_coverage, tico_diff
+from harness.tico_facts import branch_coverage, converter_areas, tico_diff
 from tests import preloaded_python
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,6 +48,11 @@ def test_the_run_measures_the_wrapper_it_ran_and_records_the_summary(measured):
     assert branch["function"].startswith("QuantConv3d")  # the function holding it, by qualified name
     run = json.loads((measured / "results.json").read_text())["run"]
     assert run["tico_coverage"]["scope_totals"] == summary["scope_totals"]
+    areas = run["tico_coverage"]["areas"]  # the converter's areas, each its own figure beside the wrappers'
+    assert areas == summary["areas"] and areas["wrappers"]["branches"] == summary["scope_totals"]["branches"]
+    assert areas["serialize/operators"]["branches_covered"] > 0  # nn_linear's Circle conversion ran visitors
+    assert areas["quantization/passes"]["branches_covered"] > 0
+    assert areas["quantization/algorithm"]["branches"] > 0 == areas["quantization/algorithm"]["branches_covered"]
     reach = run["tico_coverage"]["reach"]["total"]  # the figure over what a case can reach, beside all
     assert reach["branches"] == summary["scope_totals"]["branches"] and reach["out_of_reach"] > 0
     assert reach["percent_reachable"] > reach["percent_all"]
@@ -116,7 +121,7 @@ def test_code_only_torch_export_traces_reaches_every_item_that_reads_the_program
 def test_the_command_reports_totals_classes_and_uncovered_branches(measured):
     done = preloaded_python.run(
         [sys.executable, "-m", "harness", "tico-coverage", str(measured), "--families", "--classes",
-         "--uncovered", "3"],
+         "--uncovered", "3", "--areas"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -125,11 +130,31 @@ def test_the_command_reports_totals_classes_and_uncovered_branches(measured):
     assert any(line.startswith("nn ") for line in done.stdout.splitlines())  # the nn family's row
     assert "reachable wrapper branches: " in done.stdout and "reachable run" in done.stdout
     assert "uncovered branch(es) in quantization/wrapq/wrappers" in done.stdout
+    assert "tico converter core (serialize/operators + passes + quantization/passes): " in done.stdout
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    assert {"serialize/operators", "passes", "quantization/passes", "utils", "quantization/algorithm"} <= set(rows)
     missing = preloaded_python.run(
         [sys.executable, "-m", "harness", "tico-coverage", str(measured / "nowhere")],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert missing.returncode == 2 and "--tico-coverage" in missing.stdout
+
+
+def test_a_file_belongs_to_the_innermost_area_named_for_it():
+    assert converter_areas.area_of("quantization/passes/fold_quant_ops.py") == "quantization/passes"
+    assert converter_areas.area_of("passes/decompose_fake_quantize.py") == "passes"
+    assert converter_areas.area_of("quantization/wrapq/wrappers/nn/quant_linear.py") == "wrappers"
+    assert converter_areas.area_of("pt2_to_circle.py") is None
+    files = {
+        "passes/a.py": {"statements": 10, "lines_covered": 5, "branches": 4, "branches_covered": 1},
+        "quantization/passes/b.py": {"statements": 6, "lines_covered": 6, "branches": 4, "branches_covered": 4},
+        "serialize/operators/c.py": {"statements": 2, "lines_covered": 0, "branches": 2, "branches_covered": 0},
+    }
+    areas = converter_areas.area_totals(files)
+    assert areas["passes"]["percent_branches"] == 25.0 and areas["quantization/passes"]["percent_branches"] == 100.0
+    assert areas["utils"]["files"] == 0 and areas["utils"]["percent_branches"] is None  # measured nothing: no figure
+    core = converter_areas.converter_core(areas)
+    assert (core["branches_covered"], core["branches"], core["percent_branches"]) == (5, 10, 50.0)
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:

@@ -1,4 +1,4 @@
-"""``python -m harness tico-coverage [REPORT_DIR ...] [--merge-into DIR [--no-html]] [--files] [--classes]
+"""``python -m harness tico-coverage [REPORT_DIR ...] [--merge-into DIR [--no-html]] [--areas] [--files] [--classes]
 [--uncovered N] [--base TICO] [--check-reasons] [--write-snapshot]``: which of tico's lines and branches a
 ``--tico-coverage`` run (or its shards, merged) executed; with ``--base`` the lines a change to tico touches
 that no case reaches; with ``--check-reasons`` whether every untaken wrapper branch has a reviewed reason."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from harness.tico_facts import branch_coverage, branch_reasons, tico_diff
+from harness.tico_facts import branch_coverage, branch_reasons, converter_areas, tico_diff
 
 HELP = "tico's lines and branches a --tico-coverage run executed; --base TICO: diff coverage of a change"
 
@@ -39,6 +39,9 @@ def main(argv: list[str]) -> int:
         "--no-html",
         action="store_true",
         help="with --merge-into: the summary only, without coverage's HTML pages (most of a merge's time)",
+    )
+    parser.add_argument(
+        "--areas", action="store_true", help="per area of tico: the wrappers, the converter's parts, the algorithms"
     )
     parser.add_argument("--files", action="store_true", help="per file of the wrappers")
     parser.add_argument("--families", action="store_true", help="per wrapper family (subdirectory)")
@@ -86,6 +89,7 @@ def main(argv: list[str]) -> int:
         print(branch_reasons.reach_line(reach))
     whole = summary["totals"]
     print(f"all of tico: {whole['percent_lines']}% of lines, {whole['percent_branches']}% of branches")
+    print(converter_areas.core_line(summary["areas"]))
     if summary.get("wall_seconds"):
         print(f"cost: the measured run took {summary['wall_seconds']:.0f} s (benchmarks/tico_coverage_cost.py: ratio)")
     headers = ["", "lines", "branches run", "branches"]
@@ -107,6 +111,8 @@ def main(argv: list[str]) -> int:
                 row += [figures.get("reachable", "-"), "-" if share is None else f"{share:.0f}%"]
         extra = ["reachable", "reachable run"] if reach is not None else []
         print(tabulate(rows, headers=["family", *headers[1:], *extra]))
+    if args.areas:
+        print(tabulate(_rows(summary["areas"], ""), headers=["area", *headers[1:]]))
     if args.files:
         print(tabulate(_rows(summary["files"], prefix), headers=["file", *headers[1:]]))
     if args.classes:

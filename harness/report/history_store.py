@@ -185,8 +185,8 @@ def tracked(doc: dict[str, Any], rec: dict[str, Any]) -> list[tuple[str, float, 
 
 def coverage_series(run: dict[str, Any]) -> list[tuple[str, str, str, str, float]]:
     """(case, profile, check, metric, value) rows for a ``--tico-coverage`` run's percentages of the
-    wrappers' lines and branches (all, and those a case can reach), tracked as the series of a
-    pseudo-case ``tico``."""
+    wrappers' lines and branches (all, and those a case can reach) and of each converter area's branches,
+    tracked as the series of a pseudo-case ``tico``."""
     coverage = run.get("tico_coverage") or {}
     scope = coverage.get("scope_totals") or {}
     profile = ",".join(run.get("profiles") or ["tiny"])
@@ -198,6 +198,11 @@ def coverage_series(run: dict[str, Any]) -> list[tuple[str, str, str, str, float
     reachable = ((coverage.get("reach") or {}).get("total") or {}).get("percent_reachable")
     if isinstance(reachable, (int, float)):
         rows.append(("tico", profile, "tico_coverage", "wrappers_reachable_branches_percent", float(reachable)))
+    for area, figures in (coverage.get("areas") or {}).items():  # the converter's areas beside the wrappers
+        share = figures.get("percent_branches")
+        if area != "wrappers" and isinstance(share, (int, float)):
+            metric = f"{area.replace('/', '_')}_branches_percent"
+            rows.append(("tico", profile, "tico_coverage", metric, float(share)))
     return rows
 
 

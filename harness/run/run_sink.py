@@ -26,6 +26,7 @@ from harness.run.session import SessionState
 from harness.tico_facts import findings_data
 from harness.tico_facts.branch_coverage import headline
 from harness.tico_facts.branch_reasons import reach_line
+from harness.tico_facts.converter_areas import core_line
 from harness.tico_facts.drift import describe_moves, label_record, read_pins, render_drift_table, version_moves
 from harness.tico_facts.finding_status import render_lines, summarize
 from harness.tico_facts.tico_identity import describe, identity
@@ -132,8 +133,10 @@ class RunSink:
             terminalreporter.write_line(headline(self.state.tico_coverage))
             reach = self.state.tico_coverage.get("reach") or {}
             terminalreporter.write_line(reach_line(reach) if "total" in reach else f"reachable: {reach.get('error')}")
+            terminalreporter.write_line(core_line(self.state.tico_coverage["areas"]))
             terminalreporter.write_line(
-                f"per file, class and uncovered branch: python -m harness tico-coverage {self.report_dir} --files"
+                f"per area, file, class and uncovered branch: python -m harness tico-coverage {self.report_dir} "
+                "--areas --files"
             )
         if self.drift_moves is not None:
             terminalreporter.section("wrapq drift")
@@ -232,7 +235,7 @@ class RunSink:
         if self.state.tico_coverage is not None:
             extra["tico_coverage"] = {
                 key: self.state.tico_coverage.get(key)
-                for key in ("scope", "totals", "scope_totals", "reach", "wall_seconds")
+                for key in ("scope", "totals", "scope_totals", "areas", "reach", "wall_seconds")
             }
         if self.state.selection is not None:
             extra["selection"] = self.state.selection

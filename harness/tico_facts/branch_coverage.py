@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import coverage
 
-from harness.tico_facts import item_map, stage_contexts
+from harness.tico_facts import converter_areas, item_map, stage_contexts
 from harness.tico_facts.tico_identity import identity
 
 # The scope the percentages are quoted for: the wrappers users call.
@@ -167,6 +167,7 @@ def summarize(raw: dict[str, Any], root: Path) -> dict[str, Any]:
         "scope": SCOPE,
         "totals": totals(files),
         "scope_totals": totals({k: v for k, v in files.items() if k.startswith(SCOPE + "/")}),
+        "areas": converter_areas.area_totals(files),
         "files": files,
         "classes": classes,
         "functions": functions,
@@ -242,6 +243,7 @@ def load(where: Path) -> dict[str, Any]:
                     f"{candidate} predates branch names by function: rerun, or re-summarise its data with "
                     f"python -m harness tico-coverage {candidate.parent} --merge-into DIR"
                 )
+            summary.setdefault("areas", converter_areas.area_totals(summary["files"]))  # written before areas
             return summary
     raise FileNotFoundError(
         f"no {SUMMARY_NAME} under {where}: run the matrix with --tico-coverage (it writes "
