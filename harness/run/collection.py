@@ -98,7 +98,11 @@ class CaseFile(pytest.File):
                 continue  # its checks cannot be judged with settings that do not exist
             try:
                 if case.sweep is not None:
-                    sweep.validate(case.sweep, case.profiles, {"build": case.build, "ptq_config": case.ptq_config})
+                    sweep.validate(
+                        case.sweep,
+                        case.profiles,
+                        {"build": case.build, "ptq_config": case.ptq_config, "compile_options": case.compile_options},
+                    )
                 selected = {
                     profile: list(sweep.iter_selected(case, profile, state.sweep_mode))
                     for profile in case.profiles
