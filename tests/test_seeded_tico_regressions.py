@@ -55,23 +55,6 @@ SEEDED = [
         r"Circle structure changed .*: BROADCAST_TO \d+ -> \d+ in Quant\w+Attention",
     ),
     Seeded(
-        # a compile option read under a misspelt name: tico's config answers None for any name it lacks, so the
-        # option a user set is silently off and the graph is the default one (the default case stays green)
-        "compile-option-misread",
-        "structure",
-        (
-            (
-                "utils/convert.py",
-                'ConvertExpandToSliceCat(enabled=config.get("convert_expand_to_slice_cat"))',
-                'ConvertExpandToSliceCat(enabled=config.get("convert_expand_to_slicecat"))',
-            ),
-        ),
-        ("cases/conversion_options.py::llama_attention_prefill_expand_to_slice_cat[tiny]",),
-        "circle_structure",
-        r"Circle structure changed .*BROADCAST_TO 0 -> 2",
-        green=("cases/llama.py::llama_attention_prefill[tiny]",),
-    ),
-    Seeded(
         "linear-input-requantized",
         "structure",
         (

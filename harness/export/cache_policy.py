@@ -73,17 +73,11 @@ def circle_artifact(pipeline: Any) -> Any:
 
     cache_dir = pipeline.settings.circle_cache_dir
     cache = CircleCache(cache_dir) if cache_dir else None
-    options = pipeline.case.compile_options(pipeline.profile)
     record = pipeline.export_record if cache is not None else None
     if record is not None and record.status == "hit":
         # The reused record names its program's Circle key: a hit needs no trace.
-        return convert_to_circle(
-            lambda: pipeline.exported_program, cache, reused_key=record.circle_key, options=options
-        )
+        return convert_to_circle(lambda: pipeline.exported_program, cache, reused_key=record.circle_key)
     # the record's key was computed from this very program
     return convert_to_circle(
-        lambda: pipeline.exported_program,
-        cache,
-        key=record.circle_key if record is not None else None,
-        options=options,
+        lambda: pipeline.exported_program, cache, key=record.circle_key if record is not None else None
     )

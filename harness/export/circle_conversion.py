@@ -10,7 +10,7 @@ import copy
 import logging
 import re
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 import torch
 
@@ -19,7 +19,6 @@ from harness.circle.consistency import overwritten_qparams
 from harness.circle.missing_qparams import AuditResult, audit_exported_program
 from harness.circle.records import attribute_observers, observer_fake_quants, recording_biases, recording_folds
 from harness.circle.requantized import requantized_unapplied
-from harness.export.compile_options import tico_config
 
 
 @contextmanager
@@ -140,14 +139,9 @@ def _naming_unsupported_operators() -> Iterator[None]:
         logger.removeHandler(log)
 
 
-def convert_with_audit(
-    program: Any, defer_codegen: bool = True, options: Mapping[str, bool] | None = None
-) -> tuple[bytes, AuditResult]:
-    """Convert a private copy (tico's passes mutate the program they are given), with tico's conversion
-    config as ``options`` set it (harness/export/compile_options.py)."""
+def convert_with_audit(program: Any, defer_codegen: bool = True) -> tuple[bytes, AuditResult]:
+    """Convert a private copy (tico's passes mutate the program they are given)."""
     from tico.utils.convert import convert_exported_module_to_circle
-
-    config = tico_config(options or {})
 
     observers = observer_fake_quants(program)
     deferral = _deferred_fx_codegen() if defer_codegen else contextlib.nullcontext()
@@ -159,7 +153,7 @@ def convert_with_audit(
         torch.no_grad(),
         _naming_unsupported_operators(),
     ):
-        binary = convert_exported_module_to_circle(copy.deepcopy(program), config=config)
+        binary = convert_exported_module_to_circle(copy.deepcopy(program))
     if "program" not in captured:
         return binary, AuditResult()
     audit = audit_exported_program(captured["program"])

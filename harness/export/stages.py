@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,7 +14,6 @@ from harness import compat
 from harness.circle.missing_qparams import AuditResult
 from harness.export.circle_cache import CacheEntry, CircleCache, cache_key
 from harness.export.circle_conversion import convert_with_audit
-from harness.export.compile_options import options_key
 from harness.export.entry_store import Uncacheable
 from harness.export.failure_replay import RecordedFailure, keep, record
 from harness.model.case_parts import PreparedExport
@@ -65,7 +64,6 @@ def convert_to_circle(
     key: str | None = None,
     reused_key: str | None = None,
     stage: str = "circle_convert",
-    options: Mapping[str, bool] | None = None,
 ) -> CircleArtifact:
     """tico's conversion, through the content-addressed cache when one is given.
 
@@ -74,22 +72,19 @@ def convert_to_circle(
     proved equal to this one, so a hit needs no trace. A miss converts the traced program and
     stores it under the program's own key; a conversion that fails reproducibly is stored as
     that failure and replayed on a hit, as a failure of ``stage`` (harness/export/failure_replay.py).
-    ``options`` (tico's conversion config, by name) are part of every key the cache is asked with.
     When the conversion code cannot be fingerprinted
     (``CircleCache`` raises ``Uncacheable``), the cache is not used and the status says why."""
     get_program = (lambda: program) if isinstance(program, torch.export.ExportedProgram) else program
-    options = dict(options or {})
     if cache is None:
-        return _artifact(*convert_with_audit(get_program(), options=options), "off", None, [])
+        return _artifact(*convert_with_audit(get_program()), "off", None, [])
     status, entry, notes = "miss", None, []
-    key, reused_key = (options_key(k, options) if k else k for k in (key, reused_key))
     try:
         if key or reused_key:
             entry, notes = cache.get(key or reused_key)
             if entry is not None:
                 key = key or reused_key
         if entry is None and key is None:
-            key = options_key(cache_key(get_program()), options)
+            key = cache_key(get_program())
             if key != reused_key:
                 entry, more = cache.get(key)
                 notes += more
@@ -101,7 +96,7 @@ def convert_to_circle(
         return _artifact(entry.binary, entry.audit, "hit", key, notes)
     program = get_program()
     try:
-        binary, audit = convert_with_audit(program, options=options)
+        binary, audit = convert_with_audit(program)
     except Exception as exc:  # the same program converted by the same code fails the same way
         keep(cache, key, record(stage, exc))
         raise

@@ -158,9 +158,6 @@ def input_hash(pipeline: Pipeline) -> str:
     h = hashlib.sha256()
     case = pipeline.case
     h.update(f"{case.name}|{pipeline.profile}|{case.seed}|{pipeline.ptq_config!r}".encode())
-    options = case.compile_options(pipeline.profile)
-    if options:  # the conversion's options shape the Circle outputs a golden records (none: ids as before)
-        h.update(f"|compile {sorted(options.items())!r}".encode())
     if case.algorithm is not None:  # what runs before wrapq (harness/model/algorithm.py) is declared too
         h.update(f"|algorithm {case.algorithm.name}: {case.algorithm.description}".encode())
     for label, value in _declared_tensors(pipeline):

@@ -42,11 +42,6 @@ class CaseDefinitionError(ValueError):
         super().__init__(f"case {case_name!r}: field {field_name!r}: {problem}")
 
 
-def default_compile_options(profile: str) -> Mapping[str, bool]:
-    """tico's conversion config as it comes (no option changed)."""
-    return {}
-
-
 def default_ptq_config(profile: str) -> Any:
     """TICO's default PTQConfig; imported lazily so collection never needs tico."""
     from tico.quantization.config.ptq import PTQConfig
@@ -117,9 +112,6 @@ class Case:
     # profile -> its own limits with their source (python -m harness limits proposes them).
     profile_limits: Mapping[str, ProfileLimits] = field(default_factory=dict)
     ptq_config: Callable[[str], Any] = default_ptq_config
-    # profile -> {option of tico's conversion config: value}: what the case converts with (tico.convert's
-    # ``config``); a sweep axis like ptq_config's. {}: tico's defaults.
-    compile_options: Callable[[str], Mapping[str, bool]] = default_compile_options
     # a PTQ algorithm (GPTQ, SmoothQuant, ...) run on the float module before wrapq, with its
     # handoff (harness/model/algorithm.py); switches on algorithm_handoff and algorithm_gain
     algorithm: AlgorithmCapability | None = None
@@ -208,7 +200,7 @@ class Case:
         for attr in ("wrap", "prepare", "convert", "reference_call", "unavailable"):
             if getattr(self, attr) is not None and not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable or None")
-        for attr in ("ptq_config", "compile_options", "output"):
+        for attr in ("ptq_config", "output"):
             if not callable(getattr(self, attr)):
                 raise CaseDefinitionError(name, attr, "must be callable")
         if self.algorithm is not None and not isinstance(self.algorithm, AlgorithmCapability):

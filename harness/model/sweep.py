@@ -101,7 +101,7 @@ def _check_value(axis: str, value: Any) -> None:
 def validate(sweep: Any, case_profiles: tuple[str, ...], callables: Mapping[str, Callable]) -> None:
     """Raise SweepError on anything malformed: axis names and values, modes, selectors naming an
     axis or value the sweep lacks, overrides of fields a variant cannot change, an axis neither
-    the builder, ptq_config nor compile_options reads, or one whose default there is not the baseline."""
+    the builder nor ptq_config reads, or one whose default there is not the baseline."""
     if not isinstance(sweep, Sweep):
         raise SweepError("sweep", f"must be harness.Sweep or None, got {type(sweep).__name__}")
     if not isinstance(sweep.axes, Mapping) or not sweep.axes:
@@ -315,7 +315,6 @@ def expand(case: Any, variant: Variant) -> Any:
         **changes,
         build=_bind(case.build, values),
         ptq_config=_bind(case.ptq_config, values),
-        compile_options=_bind(case.compile_options, values),
         golden_profiles=(),
         structure_profiles=case.golden_profiles if case.structure_profiles is None else case.structure_profiles,
         variant=variant,

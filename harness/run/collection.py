@@ -98,11 +98,7 @@ class CaseFile(pytest.File):
                 continue  # its checks cannot be judged with settings that do not exist
             try:
                 if case.sweep is not None:
-                    sweep.validate(
-                        case.sweep,
-                        case.profiles,
-                        {"build": case.build, "ptq_config": case.ptq_config, "compile_options": case.compile_options},
-                    )
+                    sweep.validate(case.sweep, case.profiles, {"build": case.build, "ptq_config": case.ptq_config})
                 selected = {
                     profile: list(sweep.iter_selected(case, profile, state.sweep_mode))
                     for profile in case.profiles
