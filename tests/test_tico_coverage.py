@@ -150,10 +150,10 @@ def test_a_file_belongs_to_the_innermost_area_named_for_it():
         "quantization/passes/b.py": {"statements": 6, "lines_covered": 6, "branches": 4, "branches_covered": 4},
         "serialize/operators/c.py": {"statements": 2, "lines_covered": 0, "branches": 2, "branches_covered": 0},
     }
-    areas = converter_areas.area_totals(files)
+    areas = branch_coverage.area_totals(files)
     assert areas["passes"]["percent_branches"] == 25.0 and areas["quantization/passes"]["percent_branches"] == 100.0
     assert areas["utils"]["files"] == 0 and areas["utils"]["percent_branches"] is None  # measured nothing: no figure
-    core = converter_areas.converter_core(areas)
+    core = branch_coverage.converter_core(files)
     assert (core["branches_covered"], core["branches"], core["percent_branches"]) == (5, 10, 50.0)
 
 

@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
         print(branch_reasons.reach_line(reach))
     whole = summary["totals"]
     print(f"all of tico: {whole['percent_lines']}% of lines, {whole['percent_branches']}% of branches")
-    print(converter_areas.core_line(summary["areas"]))
+    print(converter_areas.core_line(branch_coverage.converter_core(summary["files"])))
     if summary.get("wall_seconds"):
         print(f"cost: the measured run took {summary['wall_seconds']:.0f} s (benchmarks/tico_coverage_cost.py: ratio)")
     headers = ["", "lines", "branches run", "branches"]

@@ -24,7 +24,7 @@ from harness.report.summary import render_summary_table
 from harness.run.scheduling import write_durations
 from harness.run.session import SessionState
 from harness.tico_facts import findings_data
-from harness.tico_facts.branch_coverage import headline
+from harness.tico_facts.branch_coverage import converter_core, headline
 from harness.tico_facts.branch_reasons import reach_line
 from harness.tico_facts.converter_areas import core_line
 from harness.tico_facts.drift import describe_moves, label_record, read_pins, render_drift_table, version_moves
@@ -133,7 +133,7 @@ class RunSink:
             terminalreporter.write_line(headline(self.state.tico_coverage))
             reach = self.state.tico_coverage.get("reach") or {}
             terminalreporter.write_line(reach_line(reach) if "total" in reach else f"reachable: {reach.get('error')}")
-            terminalreporter.write_line(core_line(self.state.tico_coverage["areas"]))
+            terminalreporter.write_line(core_line(converter_core(self.state.tico_coverage["files"])))
             terminalreporter.write_line(
                 f"per area, file, class and uncovered branch: python -m harness tico-coverage {self.report_dir} "
                 "--areas --files"

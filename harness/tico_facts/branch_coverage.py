@@ -167,7 +167,7 @@ def summarize(raw: dict[str, Any], root: Path) -> dict[str, Any]:
         "scope": SCOPE,
         "totals": totals(files),
         "scope_totals": totals({k: v for k, v in files.items() if k.startswith(SCOPE + "/")}),
-        "areas": converter_areas.area_totals(files),
+        "areas": area_totals(files),
         "files": files,
         "classes": classes,
         "functions": functions,
@@ -211,6 +211,19 @@ def totals(files: dict[str, Any]) -> dict[str, Any]:
     return sums
 
 
+def area_totals(files: dict[str, Any]) -> dict[str, Any]:
+    """``totals`` per area of tico (converter_areas.AREAS, every area, measured or not)."""
+    return {
+        area: totals({k: v for k, v in files.items() if converter_areas.area_of(k) == area})
+        for area, _ in converter_areas.AREAS
+    }
+
+
+def converter_core(files: dict[str, Any]) -> dict[str, Any]:
+    """``totals`` of the converter's core areas (converter_areas.CONVERTER_CORE) together."""
+    return totals({k: v for k, v in files.items() if converter_areas.area_of(k) in converter_areas.CONVERTER_CORE})
+
+
 def merge(report_dirs: list[Path], data_dir: Path, html: bool = True) -> dict[str, Any]:
     """One summary for the shards of a run: each shard's combined data (``<report dir>/tico-coverage``)
     combined again in ``data_dir``, with coverage's HTML pages unless ``html`` is false. The shards must
@@ -243,7 +256,7 @@ def load(where: Path) -> dict[str, Any]:
                     f"{candidate} predates branch names by function: rerun, or re-summarise its data with "
                     f"python -m harness tico-coverage {candidate.parent} --merge-into DIR"
                 )
-            summary.setdefault("areas", converter_areas.area_totals(summary["files"]))  # written before areas
+            summary.setdefault("areas", area_totals(summary["files"]))  # written before areas
             return summary
     raise FileNotFoundError(
         f"no {SUMMARY_NAME} under {where}: run the matrix with --tico-coverage (it writes "

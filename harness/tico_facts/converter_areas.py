@@ -25,7 +25,6 @@ AREAS = (
 )
 # The converter's core, quoted as one figure: the operator visitors and both kinds of passes.
 CONVERTER_CORE = ("serialize/operators", "passes", "quantization/passes")
-_COUNTS = ("statements", "lines_covered", "branches", "branches_covered")
 
 
 def area_of(relative: str) -> str | None:
@@ -33,35 +32,8 @@ def area_of(relative: str) -> str | None:
     return next((area for area, directory in AREAS if relative.startswith(directory + "/")), None)
 
 
-def _figures(counts: dict[str, int]) -> dict[str, Any]:
-    share = lambda part, whole: round(100.0 * part / whole, 1) if whole else None  # noqa: E731
-    return {
-        **counts,
-        "percent_lines": share(counts["lines_covered"], counts["statements"]),
-        "percent_branches": share(counts["branches_covered"], counts["branches"]),
-    }
-
-
-def area_totals(files: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per area (every area, in ``AREAS`` order, measured or not): files, lines and branches, and the share
-    of each the run executed; ``files`` is a --tico-coverage summary's per-file table."""
-    counts = {area: dict.fromkeys(("files", *_COUNTS), 0) for area, _ in AREAS}
-    for relative, entry in files.items():
-        area = area_of(relative)
-        if area is not None:
-            counts[area]["files"] += 1
-            for key in _COUNTS:
-                counts[area][key] += entry[key]
-    return {area: _figures(row) for area, row in counts.items()}
-
-
-def converter_core(areas: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The ``CONVERTER_CORE`` areas' figures summed into one."""
-    return _figures({key: sum(areas[area][key] for area in CONVERTER_CORE) for key in ("files", *_COUNTS)})
-
-
-def core_line(areas: dict[str, dict[str, Any]]) -> str:
-    core = converter_core(areas)
+def core_line(core: dict[str, Any]) -> str:
+    """``core``: the CONVERTER_CORE areas' totals (branch_coverage.converter_core)."""
     return (
         f"tico converter core ({' + '.join(CONVERTER_CORE)}): {core['percent_branches']}% of branches "
         f"({core['branches_covered']}/{core['branches']}), {core['percent_lines']}% of lines in {core['files']} files"
